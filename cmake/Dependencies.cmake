@@ -1,0 +1,46 @@
+# Dependencies come from the system (Debian/Ubuntu packages: libcli11-dev, nlohmann-json3-dev,
+# libgtest-dev, the CUDA toolkit). Where the offline GPU machine lacks one, scripts/stage-deps.sh
+# copies it into .deps/ (git-ignored) on a machine that has it, and it is carried there.
+set(FP4GAP_DEPS_DIR "${CMAKE_CURRENT_SOURCE_DIR}/.deps" CACHE PATH "Staged dependencies")
+list(APPEND CMAKE_PREFIX_PATH "${FP4GAP_DEPS_DIR}/prefix")
+
+find_package(Threads REQUIRED)
+find_package(CUDAToolkit REQUIRED)
+
+find_package(CLI11 CONFIG QUIET)
+if(NOT TARGET CLI11::CLI11)
+  find_path(FP4GAP_CLI11_INCLUDE CLI/CLI.hpp PATHS "${FP4GAP_DEPS_DIR}/include")
+  if(NOT FP4GAP_CLI11_INCLUDE)
+    message(FATAL_ERROR "CLI11 not found: apt-get install libcli11-dev (or run scripts/stage-deps.sh)")
+  endif()
+  add_library(CLI11::CLI11 INTERFACE IMPORTED)
+  target_include_directories(CLI11::CLI11 INTERFACE "${FP4GAP_CLI11_INCLUDE}")
+endif()
+
+find_package(nlohmann_json CONFIG QUIET)
+if(NOT TARGET nlohmann_json::nlohmann_json)
+  find_path(FP4GAP_JSON_INCLUDE nlohmann/json.hpp PATHS "${FP4GAP_DEPS_DIR}/include")
+  if(NOT FP4GAP_JSON_INCLUDE)
+    message(FATAL_ERROR "nlohmann-json not found: apt-get install nlohmann-json3-dev (or run scripts/stage-deps.sh)")
+  endif()
+  add_library(nlohmann_json::nlohmann_json INTERFACE IMPORTED)
+  target_include_directories(nlohmann_json::nlohmann_json INTERFACE "${FP4GAP_JSON_INCLUDE}")
+endif()
+
+if(FP4GAP_BUILD_TESTS)
+  find_package(GTest QUIET)
+  if(NOT TARGET GTest::gtest_main)
+    # Debian/Ubuntu's googletest package ships sources; a staged copy works the same way.
+    foreach(dir /usr/src/googletest "${FP4GAP_DEPS_DIR}/googletest")
+      if(EXISTS "${dir}/CMakeLists.txt" AND NOT TARGET gtest_main)
+        set(INSTALL_GTEST OFF CACHE BOOL "" FORCE)
+        add_subdirectory("${dir}" "${CMAKE_BINARY_DIR}/_googletest" EXCLUDE_FROM_ALL)
+      endif()
+    endforeach()
+    if(NOT TARGET gtest_main)
+      message(FATAL_ERROR "GoogleTest not found: apt-get install libgtest-dev googletest (or run scripts/stage-deps.sh)")
+    endif()
+    add_library(GTest::gtest_main ALIAS gtest_main)
+    add_library(GTest::gtest ALIAS gtest)
+  endif()
+endif()

@@ -1,0 +1,153 @@
+#pragma once
+// NVFP4 element and scale codecs and the scale-factor layouts (SPEC-nvfp4 sections 1, 2, 4).
+// Everything here is plain arithmetic usable on the host and, unchanged, in CUDA kernels: the CPU
+// reference and the GPU quantizer share these functions, which is what makes them bit-identical.
+#include <cmath>
+#include <cstdint>
+#include <string_view>
+
+#include "fp4gap/detail/host_device.hpp"
+#include "fp4gap/numeric.hpp"
+
+namespace fp4gap {
+
+inline constexpr int kBlockSize = 16;         // elements per NVFP4 scale block, along K
+inline constexpr float kE2M1Max = 6.0f;
+inline constexpr float kE4M3Max = 448.0f;
+inline constexpr float kGlobalScaleNumerator = kE2M1Max * kE4M3Max;  // gs = 2688 / amax
+
+// ---- E2M1 (4-bit): bit 3 sign, bits 2..1 exponent (bias 1), bit 0 mantissa ----
+
+FP4GAP_HD float e2m1_to_float(std::uint8_t code) {
+  // Magnitudes of codes 0..7: 0, 0.5, 1, 1.5, 2, 3, 4, 6.
+  const std::uint8_t mag = code & 0x7u;
+  const float m = mag < 2 ? 0.5f * static_cast<float>(mag)
+                          : static_cast<float>((2 | (mag & 1)) << ((mag >> 1) - 1)) * 0.5f;
+  return (code & 0x8u) ? -m : m;
+}
+
+// Round to nearest, ties to the even code, saturating at +-6 (the rule of
+// cvt.rn.satfinite.e2m1x2.f32). +-Inf -> +-6; NaN -> +6 (code 0x7), as CUDA does; callers that
+// must not let NaN pass silently count it themselves (see quantize.hpp). The sign is kept, so a
+// negative value that rounds to zero gives -0 (code 0x8).
+FP4GAP_HD std::uint8_t float_to_e2m1(float v) {
+  if (v != v) return 0x7u;
+  const std::uint8_t sign = (float_bits(v) >> 31) ? 0x8u : 0x0u;
+  const float a = std::fabs(v);
+  std::uint8_t mag;
+  if (a <= 0.25f) mag = 0;
+  else if (a < 0.75f) mag = 1;
+  else if (a <= 1.25f) mag = 2;
+  else if (a < 1.75f) mag = 3;
+  else if (a <= 2.5f) mag = 4;
+  else if (a < 3.5f) mag = 5;
+  else if (a <= 5.0f) mag = 6;
+  else mag = 7;
+  return static_cast<std::uint8_t>(sign | mag);
+}
+
+// ---- E4M3 (8-bit, bias 7, max 448, 0x7F/0xFF NaN, no Inf) ----
+
+FP4GAP_HD float e4m3_to_float(std::uint8_t b) {
+  const std::uint32_t e = (b >> 3) & 0xFu;
+  const std::uint32_t m = b & 0x7u;
+  float v;
+  if (e == 0xFu && m == 0x7u) {
+    v = bits_float(0x7FC00000u);
+  } else if (e == 0) {
+    v = static_cast<float>(m) * 0.001953125f;  // m * 2^-9, exact
+  } else {
+    v = bits_float(((e - 7u + 127u) << 23) | (m << 20));
+  }
+  return (b & 0x80u) ? -v : v;
+}
+
+// Round to nearest even, saturating at +-448 (CUDA's __NV_SATFINITE rule; +-Inf -> +-448).
+// NaN -> 0x7F. Never produces the NaN byte from a number.
+FP4GAP_HD std::uint8_t float_to_e4m3_sat(float v) {
+  if (v != v) return 0x7Fu;
+  const std::uint32_t u = float_bits(v);
+  const std::uint8_t sign = (u >> 31) ? 0x80u : 0x00u;
+  const float a = std::fabs(v);
+  if (a > kE4M3Max) return static_cast<std::uint8_t>(sign | 0x7Eu);
+  if (a < 0.015625f) {  // below 2^-6: subnormal grid m * 2^-9; a * 512 is exact
+    const float q = std::rint(a * 512.0f);  // round half to even (default rounding mode)
+    return static_cast<std::uint8_t>(sign | static_cast<std::uint8_t>(q));  // q == 8 is 2^-6
+  }
+  const std::uint32_t au = u & 0x7FFFFFFFu;
+  std::uint32_t exp = (au >> 23) - 127u + 7u;  // biased E4M3 exponent, 1..15
+  std::uint32_t mant = au & 0x7FFFFFu;
+  std::uint32_t q = mant >> 20;
+  const std::uint32_t rem = mant & 0xFFFFFu;
+  if (rem > 0x80000u || (rem == 0x80000u && (q & 1u))) ++q;
+  if (q == 8u) {
+    q = 0;
+    ++exp;
+  }
+  return static_cast<std::uint8_t>(sign | (exp << 3) | q);
+}
+
+// ---- One NVFP4 block (SPEC section 3), shared verbatim by the CPU and GPU quantizers ----
+
+// 1/6 rounded to float32, as the recipe's r6.
+inline constexpr float kReciprocalSix = 1.0f / 6.0f;
+
+struct BlockQuantResult {
+  std::uint8_t scale;    // E4M3 byte
+  bool scale_saturated;  // the unrounded scale exceeded 448 and was clamped
+};
+
+// x: 16 float values. gs: global scale; inv_gs: 1/gs computed once by IEEE division.
+// Writes 8 packed bytes (element 2j in the low nibble, 2j+1 in the high nibble).
+// NaN elements are ignored by the block max (fmax semantics) and encode as +6 (code 0x7);
+// callers count them. Every operation is an IEEE float32 operation in the recipe's order.
+FP4GAP_HD BlockQuantResult quantize_block16(const float* x, float gs, float inv_gs,
+                                             std::uint8_t* packed) {
+  float vmax = 0.0f;
+  for (int i = 0; i < kBlockSize; ++i) vmax = std::fmax(vmax, std::fabs(x[i]));
+  const float sf = gs * (vmax * kReciprocalSix);
+  const std::uint8_t sf8 = float_to_e4m3_sat(sf);
+  const float out = (sf8 == 0) ? 0.0f : 1.0f / (e4m3_to_float(sf8) * inv_gs);
+  for (int j = 0; j < kBlockSize / 2; ++j) {
+    const std::uint8_t lo = float_to_e2m1(x[2 * j] * out);
+    const std::uint8_t hi = float_to_e2m1(x[2 * j + 1] * out);
+    packed[j] = static_cast<std::uint8_t>(lo | (hi << 4));
+  }
+  return {sf8, sf > kE4M3Max};
+}
+
+// ---- Scale-factor layouts (SPEC section 4) ----
+
+enum class ScaleLayout { linear, swizzled_128x4 };
+
+constexpr std::string_view to_string(ScaleLayout l) {
+  return l == ScaleLayout::linear ? "linear" : "swizzled";
+}
+
+FP4GAP_HD constexpr std::int64_t round_up(std::int64_t x, std::int64_t m) { return (x + m - 1) / m * m; }
+FP4GAP_HD constexpr std::int64_t ceil_div(std::int64_t x, std::int64_t m) { return (x + m - 1) / m; }
+
+// Shape of the scale array, in bytes, for a [rows, k] NVFP4 matrix (k % 16 == 0).
+struct ScaleShape {
+  std::int64_t rows;
+  std::int64_t cols;
+  constexpr std::int64_t bytes() const { return rows * cols; }
+};
+FP4GAP_HD constexpr ScaleShape scale_shape(ScaleLayout layout, std::int64_t rows, std::int64_t k) {
+  const std::int64_t kb = k / kBlockSize;
+  return layout == ScaleLayout::linear ? ScaleShape{rows, kb}
+                                       : ScaleShape{round_up(rows, 128), round_up(kb, 4)};
+}
+
+// Byte offset of the scale of (row, k-block kb) in the SWIZZLED_128x4 layout.
+FP4GAP_HD constexpr std::int64_t swizzled_scale_offset(std::int64_t row, std::int64_t kb, std::int64_t k) {
+  const std::int64_t kt = ceil_div(k, 64);  // 4-block groups along K, padded
+  return ((row / 128) * kt + kb / 4) * 512 + (row % 32) * 16 + ((row % 128) / 32) * 4 + (kb % 4);
+}
+
+FP4GAP_HD constexpr std::int64_t scale_offset(ScaleLayout layout, std::int64_t row, std::int64_t kb,
+                                              std::int64_t k) {
+  return layout == ScaleLayout::linear ? row * (k / kBlockSize) + kb : swizzled_scale_offset(row, kb, k);
+}
+
+}  // namespace fp4gap

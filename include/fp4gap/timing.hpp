@@ -1,0 +1,44 @@
+#pragma once
+// Timing GPU work (implemented in the CUDA library). Two modes, both always reported:
+//  graph: CUDA-graph replays of back-to-back launches rotating through input sets that together
+//         exceed 2x L2, so every launch reads cold weights; time per launch (the primary figure).
+//  event: one launch between CUDA events after an L2 flush.
+// Each mode's floor (an empty kernel timed the same way) is measured beside the results.
+#include <string>
+#include <vector>
+
+#include "fp4gap/backend.hpp"
+
+namespace fp4gap {
+
+struct TimingStats {
+  double median_us = 0.0;
+  double p20_us = 0.0;
+  double p80_us = 0.0;
+  int samples = 0;
+};
+TimingStats summarize_samples(std::vector<double> samples_us);  // host; median and p20/p80
+
+struct TimingOptions {
+  int warmup_launches = 5;
+  int graph_launches = 32;   // launches captured in one graph (rotating input sets)
+  int graph_replays = 20;    // samples of the graph mode
+  int event_samples = 30;    // samples of the event mode
+};
+
+struct Timing {
+  TimingStats graph;
+  TimingStats event;
+  double graph_floor_us = 0.0;
+  double event_floor_us = 0.0;
+  int sm_clock_mhz = 0;           // read through NVML after timing, 0 when unavailable
+  std::vector<std::string> warnings;  // e.g. clock throttling
+};
+
+// How many input sets a runner needs so that the sets together exceed 2x L2.
+int input_sets_for_cold_cache(double bytes_per_set, std::int64_t l2_bytes, int max_sets = 64);
+
+// CUDA library: times a prepared GPU runner in both modes.
+Timing time_runner(GemmRunner& runner, const DeviceContext& device, const TimingOptions& options);
+
+}  // namespace fp4gap

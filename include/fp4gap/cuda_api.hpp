@@ -4,10 +4,16 @@
 #include <string>
 
 #include "fp4gap/backend.hpp"
+#include "fp4gap/roofline.hpp"
 
 namespace fp4gap {
 
 DeviceContext query_device(int ordinal = 0);
 void register_cuda_backends();  // idempotent; adds every GPU backend to the registry
+
+// fp4gap peak: memory bandwidth (large copy counting read + written bytes, and a read-dominated
+// kernel; the higher is the memory roof) and cuBLAS BF16 / cuBLASLt FP8 rates at a large shape.
+// Throws RuntimeError when no device is available.
+Ceilings measure_ceilings(const DeviceContext& device);
 
 }  // namespace fp4gap

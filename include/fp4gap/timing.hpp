@@ -4,6 +4,7 @@
 //         exceed 2x L2, so every launch reads cold weights; time per launch (the primary figure).
 //  event: one launch between CUDA events after an L2 flush.
 // Each mode's floor (an empty kernel timed the same way) is measured beside the results.
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,7 +39,12 @@ struct Timing {
 // How many input sets a runner needs so that the sets together exceed 2x L2.
 int input_sets_for_cold_cache(double bytes_per_set, std::int64_t l2_bytes, int max_sets = 64);
 
-// CUDA library: times a prepared GPU runner in both modes.
+// CUDA library: times any launch in both modes. launch(set, stream) enqueues one launch reading
+// input set `set` (0 <= set < input_sets) on `stream` (a cudaStream_t); it must be capturable
+// into a CUDA graph (no synchronization, no allocation).
+Timing time_launch(const std::function<void(int set, void* stream)>& launch, int input_sets,
+                   const DeviceContext& device, const TimingOptions& options);
+// Times a prepared GPU runner (time_launch over runner.run).
 Timing time_runner(GemmRunner& runner, const DeviceContext& device, const TimingOptions& options);
 
 }  // namespace fp4gap

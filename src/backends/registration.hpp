@@ -1,0 +1,14 @@
+#pragma once
+// Registration entry points of the GPU backends. register_cuda_backends() (src/cuda/device_query.cu)
+// calls each of them once, through the list in src/backends/registration.cu.
+//
+// To add your backends: declare `void register_<x>_backends();` below (one line) and append ONE
+// call line to the list in src/backends/registration.cu. Each function registers its backends
+// with register_gemm_backend(); it is called at most once per process.
+namespace fp4gap {
+
+void register_cublas_backends();  // cublas-bf16, cublaslt-fp8, cublaslt-nvfp4 (src/backends/cublas_backends.cu)
+
+// ---- other engineers: add your declarations below this line ----
+
+}  // namespace fp4gap

@@ -7,6 +7,9 @@
 // with register_gemm_backend(); it is called at most once per process.
 namespace fp4gap {
 
+// Calls every register_<x>_backends() below once; used by register_cuda_backends().
+void register_all_gpu_backends();
+
 void register_cublas_backends();  // cublas-bf16, cublaslt-fp8, cublaslt-nvfp4 (src/backends/cublas_backends.cu)
 
 // ---- other engineers: add your declarations below this line ----

@@ -1,0 +1,87 @@
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <vector>
+
+#include "fp4gap/status.hpp"
+#include "fp4gap/timing.hpp"
+
+namespace fp4gap {
+namespace {
+
+TEST(SummarizeSamples, OddCountMedianIsMiddleElement) {
+  const TimingStats t = summarize_samples({5.0, 1.0, 3.0, 4.0, 2.0});
+  EXPECT_EQ(t.samples, 5);
+  EXPECT_DOUBLE_EQ(t.median_us, 3.0);
+  // Type-7 quantiles of 1..5: position q*(n-1).
+  EXPECT_DOUBLE_EQ(t.p20_us, 1.8);
+  EXPECT_DOUBLE_EQ(t.p80_us, 4.2);
+}
+
+TEST(SummarizeSamples, EvenCountMedianInterpolates) {
+  const TimingStats t = summarize_samples({10.0, 2.0, 4.0, 8.0});
+  EXPECT_DOUBLE_EQ(t.median_us, 6.0);
+  EXPECT_DOUBLE_EQ(t.p20_us, 2.0 + 0.6 * 2.0);  // position 0.6 between 2 and 4
+  EXPECT_DOUBLE_EQ(t.p80_us, 8.0 + 0.4 * 2.0);  // position 2.4 between 8 and 10
+}
+
+TEST(SummarizeSamples, SingleSampleIsEveryQuantile) {
+  const TimingStats t = summarize_samples({7.5});
+  EXPECT_EQ(t.samples, 1);
+  EXPECT_DOUBLE_EQ(t.median_us, 7.5);
+  EXPECT_DOUBLE_EQ(t.p20_us, 7.5);
+  EXPECT_DOUBLE_EQ(t.p80_us, 7.5);
+}
+
+TEST(SummarizeSamples, QuantilesAreOrderedForUnsortedInput) {
+  std::vector<double> s;
+  for (int i = 0; i < 31; ++i) s.push_back(static_cast<double>((i * 17) % 31));  // a permutation of 0..30
+  const TimingStats t = summarize_samples(s);
+  EXPECT_DOUBLE_EQ(t.median_us, 15.0);
+  EXPECT_DOUBLE_EQ(t.p20_us, 6.0);
+  EXPECT_DOUBLE_EQ(t.p80_us, 24.0);
+  EXPECT_LE(t.p20_us, t.median_us);
+  EXPECT_LE(t.median_us, t.p80_us);
+}
+
+TEST(SummarizeSamples, RejectsEmptyAndNonFinite) {
+  EXPECT_THROW(summarize_samples({}), InvalidArgument);
+  EXPECT_THROW(summarize_samples({1.0, std::numeric_limits<double>::quiet_NaN()}), InvalidArgument);
+  EXPECT_THROW(summarize_samples({std::numeric_limits<double>::infinity()}), InvalidArgument);
+  EXPECT_THROW(summarize_samples({-1.0}), InvalidArgument);
+}
+
+TEST(InputSetsForColdCache, SetsTogetherExceedTwiceL2) {
+  const std::int64_t l2 = 60 * 1024 * 1024;  // H200-like
+  for (double bytes : {1e3, 4.5e6, 7.1e6, 25e6, 119e6, 121e6, 500e6}) {
+    const int n = input_sets_for_cold_cache(bytes, l2, 1 << 20);
+    EXPECT_GT(n * bytes, 2.0 * static_cast<double>(l2)) << "bytes_per_set=" << bytes;
+    // Minimal: one set fewer would not exceed 2x L2.
+    if (n > 1) {
+      EXPECT_LE((n - 1) * bytes, 2.0 * static_cast<double>(l2)) << "bytes_per_set=" << bytes;
+    }
+  }
+}
+
+TEST(InputSetsForColdCache, ExactBoundaryNeedsOneMore) {
+  // 4 sets of exactly L2/2 equal 2x L2: not more than it, so 5.
+  EXPECT_EQ(input_sets_for_cold_cache(512.0, 1024, 64), 5);
+  EXPECT_EQ(input_sets_for_cold_cache(4096.0, 1024, 64), 1);
+  EXPECT_EQ(input_sets_for_cold_cache(100.0, 0, 64), 1);
+}
+
+TEST(InputSetsForColdCache, ClampedToMaxSets) {
+  EXPECT_EQ(input_sets_for_cold_cache(1.0, 1 << 30, 64), 64);
+  EXPECT_EQ(input_sets_for_cold_cache(1.0, 1 << 30, 3), 3);
+}
+
+TEST(InputSetsForColdCache, RejectsBadArguments) {
+  EXPECT_THROW(input_sets_for_cold_cache(0.0, 1024, 64), InvalidArgument);
+  EXPECT_THROW(input_sets_for_cold_cache(-5.0, 1024, 64), InvalidArgument);
+  EXPECT_THROW(input_sets_for_cold_cache(std::numeric_limits<double>::quiet_NaN(), 1024, 64), InvalidArgument);
+  EXPECT_THROW(input_sets_for_cold_cache(10.0, -1, 64), InvalidArgument);
+  EXPECT_THROW(input_sets_for_cold_cache(10.0, 1024, 0), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace fp4gap

@@ -116,6 +116,25 @@ FP4GAP_HD BlockQuantResult quantize_block16(const float* x, float gs, float inv_
   return {sf8, sf > kE4M3Max};
 }
 
+// ---- Global scale ----
+
+// The range of global scales for which the recipe stays finite. Above 2^118, 1/gs times the
+// smallest nonzero scale byte (2^-9) underflows past 2^-128, its reciprocal `out` becomes +Inf and
+// a zero element times Inf is NaN, which encodes as +6: a silent wrong code. Below 2^-119, 1/gs
+// times 448 overflows. Both bounds are far outside real data (dynamic gs lies in
+// [2688/FLT_MAX, 2^118] ~ [7.9e-36, 3.3e35]).
+inline constexpr float kMaxGlobalScale = 0x1p118f;
+inline constexpr float kMinGlobalScale = 0x1p-119f;
+
+// gs = 2688 / amax as a float32 division; 1 when amax == 0 (all-zero tensor; TransformerEngine's
+// rule); capped at kMaxGlobalScale when amax is so small (< ~8e-33) that 2688/amax exceeds it.
+// amax must be finite and >= 0. Host/device so the GPU quantizer derives the identical gs.
+FP4GAP_HD float global_scale_from_amax(float amax) {
+  if (amax == 0.0f) return 1.0f;
+  const float gs = kGlobalScaleNumerator / amax;
+  return gs > kMaxGlobalScale ? kMaxGlobalScale : gs;
+}
+
 // ---- Scale-factor layouts (SPEC section 4) ----
 
 enum class ScaleLayout { linear, swizzled_128x4 };

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fp4gap/format.hpp"
@@ -39,9 +40,8 @@ struct Nvfp4Matrix {
   std::vector<std::uint8_t> scales;
 };
 
-// gs = 2688 / amax as a float32 division; 1 when amax == 0 (all-zero tensor; TransformerEngine's
-// rule). amax must be finite and >= 0.
-float global_scale_from_amax(float amax);
+// global_scale_from_amax (gs = 2688/amax, 1 for amax == 0) lives in format.hpp: the GPU
+// quantizer needs the identical function.
 
 struct QuantizeOptions {
   ScaleLayout layout = ScaleLayout::linear;
@@ -49,7 +49,8 @@ struct QuantizeOptions {
 };
 
 // Quantizes a row-major [rows, cols] matrix. Throws InvalidArgument when cols % 16 != 0, rows or
-// cols < 1, or a given global scale is not finite and > 0. `data` holds rows*cols elements of
+// cols < 1, or a given global scale is not finite and > 0 or lies outside
+// [kMinGlobalScale, kMaxGlobalScale] (see format.hpp). `data` holds rows*cols elements of
 // `type` (f16/bf16 as raw uint16 bits).
 Nvfp4Matrix quantize_nvfp4(const void* data, ElementType type, std::int64_t rows, std::int64_t cols,
                            const QuantizeOptions& options, QuantizeReport* report = nullptr);

@@ -7,6 +7,7 @@ namespace fp4gap {
 void register_all_gpu_backends() {
   register_cublas_backends();
   // ---- other engineers: append your register_<x>_backends(); call below this line ----
+  register_gpu_reference_backends();
 }
 
 }  // namespace fp4gap

@@ -13,5 +13,6 @@ void register_all_gpu_backends();
 void register_cublas_backends();  // cublas-bf16, cublaslt-fp8, cublaslt-nvfp4 (src/backends/cublas_backends.cu)
 
 // ---- other engineers: add your declarations below this line ----
+void register_gpu_reference_backends();  // gpu-reference (src/backends/gpu_reference_backend.cu)
 
 }  // namespace fp4gap

@@ -1,8 +1,13 @@
 // NVFP4 quantization kernels: an amax reduction (when the global scale is not given) and the
 // quantizer proper. Every number the CPU quantizer computes is computed here by format.hpp's
-// functions with the same IEEE float32 operations (no fast-math; divisions are __fdiv_rn), so
-// codes, scales and report are bit-identical to quantize_nvfp4() on the host.
+// functions with the same IEEE float32 operations, so codes, scales and report are
+// bit-identical to quantize_nvfp4() on the host. That needs IEEE division and no flushing of
+// denormals: nvcc's defaults (-prec-div=true, -ftz=false), which fast-math would replace.
 #include <cuda_fp16.h>
+
+#if defined(__USE_FAST_MATH__)
+#error "quantize_nvfp4.cu must not be compiled with --use_fast_math: CPU and GPU codes would differ"
+#endif
 
 #include <cmath>
 #include <cstdint>
@@ -181,15 +186,11 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const void* input, std::
   publish_amax(state, E::magnitude_to_float(m));
 }
 
-// The global scale rule of global_scale_from_amax(): 2688/amax by IEEE division, 1 for amax 0.
-__device__ __forceinline__ float global_scale_from_amax_device(float amax) {
-  return amax == 0.0f ? 1.0f : __fdiv_rn(kGlobalScaleNumerator, amax);
-}
-
 template <ElementType kType, bool kReport>
 __global__ void __launch_bounds__(kThreads) quantize_kernel(QuantizeParams p) {
   using E = Element<kType>;
-  const float gs = p.gs_from_amax ? global_scale_from_amax_device(bits_float(p.state->amax_bits)) : p.given_gs;
+  // format.hpp's rule, on the device: no host round trip between the amax pass and this kernel.
+  const float gs = p.gs_from_amax ? global_scale_from_amax(bits_float(p.state->amax_bits)) : p.given_gs;
   const float inv_gs = __fdiv_rn(1.0f, gs);
   if (blockIdx.x == 0 && threadIdx.x == 0) p.state->global_scale = gs;
 
@@ -332,6 +333,11 @@ void check_arguments(const void* d_input, ElementType type, std::int64_t rows, s
        << " (a block's 8 code bytes are written with one 8-byte store)";
   } else if (global_scale && !(std::isfinite(*global_scale) && *global_scale > 0.0f)) {
     os << "quantize_nvfp4_device: the global scale must be finite and > 0: gs = " << *global_scale;
+  } else if (global_scale && (*global_scale < kMinGlobalScale || *global_scale > kMaxGlobalScale)) {
+    os.precision(9);
+    os << "quantize_nvfp4_device: global scale outside [2^-119, 2^118] (the quantization recipe would "
+          "overflow float32): gs = "
+       << *global_scale;
   } else {
     return;
   }

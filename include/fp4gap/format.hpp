@@ -92,9 +92,15 @@ FP4GAP_HD std::uint8_t float_to_e4m3_sat(float v) {
 // 1/6 rounded to float32, as the recipe's r6.
 inline constexpr float kReciprocalSix = 1.0f / 6.0f;
 
+// Scales up to 464 round to 448 by plain RNE (464 is the tie between 448 and 480, and 448 is the
+// even code); only above it would rounding need 480, which E4M3 lacks, so only there is a scale
+// clamped. The dynamic gs alone puts the amax block at 448 * (1 + a few ulps), which must not
+// count as saturated.
+inline constexpr float kE4M3RoundsBeyondMax = 464.0f;
+
 struct BlockQuantResult {
   std::uint8_t scale;    // E4M3 byte
-  bool scale_saturated;  // the unrounded scale exceeded 448 and was clamped
+  bool scale_saturated;  // the unrounded scale exceeded 464 and was clamped to 448
 };
 
 // x: 16 float values. gs: global scale; inv_gs: 1/gs computed once by IEEE division.
@@ -113,7 +119,7 @@ FP4GAP_HD BlockQuantResult quantize_block16(const float* x, float gs, float inv_
     const std::uint8_t hi = float_to_e2m1(x[2 * j + 1] * out);
     packed[j] = static_cast<std::uint8_t>(lo | (hi << 4));
   }
-  return {sf8, sf > kE4M3Max};
+  return {sf8, sf > kE4M3RoundsBeyondMax};
 }
 
 // ---- Global scale ----

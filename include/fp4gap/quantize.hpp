@@ -21,7 +21,7 @@ struct QuantizeReport {
   std::int64_t inf_count = 0;
   std::int64_t first_nan_row = -1, first_nan_col = -1;  // row-major first occurrence
   std::int64_t first_inf_row = -1, first_inf_col = -1;
-  std::int64_t saturated_scales = 0;   // blocks whose scale exceeded 448 and was clamped
+  std::int64_t saturated_scales = 0;   // blocks whose scale was clamped to 448 (above 464)
   std::int64_t zero_scale_blocks = 0;  // blocks whose rounded scale is 0 (all codes zero)
   float amax = 0.0f;                   // max |x| over finite values
 

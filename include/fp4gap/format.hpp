@@ -34,15 +34,11 @@ FP4GAP_HD std::uint8_t float_to_e2m1(float v) {
   if (v != v) return 0x7u;
   const std::uint8_t sign = (float_bits(v) >> 31) ? 0x8u : 0x0u;
   const float a = std::fabs(v);
-  std::uint8_t mag;
-  if (a <= 0.25f) mag = 0;
-  else if (a < 0.75f) mag = 1;
-  else if (a <= 1.25f) mag = 2;
-  else if (a < 1.75f) mag = 3;
-  else if (a <= 2.5f) mag = 4;
-  else if (a < 3.5f) mag = 5;
-  else if (a <= 5.0f) mag = 6;
-  else mag = 7;
+  // The magnitude code is the number of SPEC thresholds |v| has passed: strict at the ties that
+  // round down to the even code (0.25, 1.25, 2.5, 5), inclusive at those that round up (0.75,
+  // 1.75, 3.5). Branch-free, as random data would mispredict a chain of ifs.
+  const int mag = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) +
+                  (a >= 3.5f) + (a > 5.0f);
   return static_cast<std::uint8_t>(sign | mag);
 }
 

@@ -183,20 +183,27 @@ namespace {
 
 std::vector<float> dequantize(const Nvfp4Matrix& m, bool apply_global_scale) {
   check_matrix(m);
+  // Every element is one of 256 scale bytes x 16 codes: compute those values once, with the
+  // operations of the definition (e2m1 * e4m3 is exact in float32; the one rounding is the
+  // division by gs), and look them up.
+  std::vector<float> values(256 * 16);
+  for (int s = 0; s < 256; ++s) {
+    for (int c = 0; c < 16; ++c) {
+      const float v = e2m1_to_float(static_cast<std::uint8_t>(c)) * e4m3_to_float(static_cast<std::uint8_t>(s));
+      values[static_cast<std::size_t>(s * 16 + c)] = apply_global_scale ? v / m.global_scale : v;
+    }
+  }
   std::vector<float> out(static_cast<std::size_t>(m.rows * m.cols));
   const std::int64_t blocks_per_row = m.cols / kBlockSize;
   for (std::int64_t r = 0; r < m.rows; ++r) {
     for (std::int64_t kb = 0; kb < blocks_per_row; ++kb) {
-      const float scale =
-          e4m3_to_float(m.scales[static_cast<std::size_t>(scale_offset(m.layout, r, kb, m.cols))]);
+      const std::uint8_t s = m.scales[static_cast<std::size_t>(scale_offset(m.layout, r, kb, m.cols))];
+      const float* block_values = values.data() + s * 16;
       const std::uint8_t* codes = m.codes.data() + r * (m.cols / 2) + kb * (kBlockSize / 2);
       float* dst = out.data() + r * m.cols + kb * kBlockSize;
       for (int j = 0; j < kBlockSize / 2; ++j) {
-        // e2m1 * e4m3 is exact in float32; the one rounding is the division by gs.
-        const float lo = e2m1_to_float(codes[j] & 0xFu) * scale;
-        const float hi = e2m1_to_float(static_cast<std::uint8_t>(codes[j] >> 4)) * scale;
-        dst[2 * j] = apply_global_scale ? lo / m.global_scale : lo;
-        dst[2 * j + 1] = apply_global_scale ? hi / m.global_scale : hi;
+        dst[2 * j] = block_values[codes[j] & 0xFu];
+        dst[2 * j + 1] = block_values[codes[j] >> 4];
       }
     }
   }

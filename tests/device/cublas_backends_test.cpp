@@ -1,0 +1,259 @@
+// The cuBLAS baselines against the CPU reference, on the GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cuda/common.cuh"
+#include "fp4gap/backend.hpp"
+#include "fp4gap/cuda_api.hpp"
+#include "fp4gap/reference.hpp"
+#include "fp4gap/verify.hpp"
+
+namespace fp4gap {
+namespace {
+
+const DeviceContext& gpu() {
+  static const DeviceContext d = query_device(0);
+  return d;
+}
+
+// Device tests run where a GPU exists: without one they fail with the reason, never skip.
+#define REQUIRE_GPU() ASSERT_TRUE(gpu().available) << "device tests need a CUDA device: " << gpu().unavailable_reason
+
+GemmBackend& backend(const char* name) {
+  register_cuda_backends();
+  GemmBackend* b = find_gemm_backend(name);
+  if (b == nullptr) throw RuntimeError(std::string("backend not registered: ") + name);
+  return *b;
+}
+
+std::string repro(const GemmProblem& p, std::uint64_t seed, const char* backend_name) {
+  std::ostringstream os;
+  os << "backend " << backend_name << ", " << p.label() << ", seed " << seed
+     << "; repro: build/gpu/tests/fp4gap_device_tests --gtest_filter='" << ::testing::UnitTest::GetInstance()->current_test_suite()->name()
+     << "." << ::testing::UnitTest::GetInstance()->current_test_info()->name() << "'";
+  return os.str();
+}
+
+// Runs `backend` on set 1 of 2 and checks the output against the reference of exactly what the
+// runner multiplied. Set 0 is never run and must stay poisoned.
+void check_backend(const char* name, const GemmProblem& p, std::uint64_t seed, InputDistribution dist) {
+  SCOPED_TRACE(repro(p, seed, name));
+  GemmBackend& b = backend(name);
+  const Status s = b.supports(p, gpu());
+  ASSERT_TRUE(s.is_ok()) << to_string(s.code) << ": " << s.reason;
+  const GemmInputs inputs = make_gemm_inputs(p, seed, dist);
+  auto runner = b.prepare(inputs, 2);
+  ASSERT_TRUE(runner->on_device());
+  ASSERT_EQ(runner->input_sets(), 2);
+  runner->poison_output();
+  cuda::Stream stream;
+  runner->run(1, stream.as_void());
+  stream.synchronize();
+  const std::vector<float> got = runner->read_output(1);
+  ASSERT_EQ(got.size(), static_cast<std::size_t>(p.m * p.n));
+  const ReferenceResult ref = reference_gemm(runner->a_operand(), runner->b_operand(), runner->alpha());
+  const VerifyResult v = verify_gemm_output(got.data(), ref, p.k, p.out_type);
+  EXPECT_TRUE(v.passed) << v.message << " (config: " << runner->config() << ")";
+  EXPECT_EQ(v.non_finite, 0);
+  EXPECT_FALSE(v.all_zero);
+
+  const std::vector<float> untouched = runner->read_output(0);
+  std::int64_t nan_count = 0;
+  for (float x : untouched) nan_count += std::isnan(x) ? 1 : 0;
+  EXPECT_EQ(nan_count, p.m * p.n) << "set 0 was never run: its output must still be the NaN poison";
+}
+
+struct Case {
+  OperandFormat a, b;
+  OutputType out;
+};
+const Case kCases[] = {
+    {OperandFormat::nvfp4, OperandFormat::nvfp4, OutputType::bf16},
+    {OperandFormat::nvfp4, OperandFormat::nvfp4, OutputType::f32},
+    {OperandFormat::nvfp4, OperandFormat::nvfp4, OutputType::f16},
+    {OperandFormat::bf16, OperandFormat::nvfp4, OutputType::bf16},
+    {OperandFormat::bf16, OperandFormat::nvfp4, OutputType::f32},
+    {OperandFormat::bf16, OperandFormat::bf16, OutputType::bf16},
+    {OperandFormat::bf16, OperandFormat::bf16, OutputType::f32},
+};
+const std::int64_t kRows[] = {1, 7, 64, 129};
+
+GemmProblem problem(std::int64_t m, const Case& c) {
+  GemmProblem p;
+  p.m = m;
+  p.n = 256;
+  p.k = 512;
+  p.a_format = c.a;
+  p.b_format = c.b;
+  p.out_type = c.out;
+  return p;
+}
+
+TEST(CublasBf16, MatchesReferenceOnSmallAndOddShapes) {
+  REQUIRE_GPU();
+  std::uint64_t seed = 1000;
+  for (const Case& c : kCases) {
+    for (std::int64_t m : kRows) {
+      check_backend("cublas-bf16", problem(m, c), ++seed, InputDistribution::random);
+    }
+  }
+}
+
+TEST(CublasBf16, ExactGridInputs) {
+  REQUIRE_GPU();
+  check_backend("cublas-bf16", problem(129, kCases[1]), 77, InputDistribution::exact_grid);
+}
+
+TEST(CublasBf16, Fp16OutputNeedsNvfp4Operands) {
+  REQUIRE_GPU();
+  const Status s = backend("cublas-bf16").supports(problem(64, {OperandFormat::bf16, OperandFormat::nvfp4, OutputType::f16}), gpu());
+  EXPECT_EQ(s.code, StatusCode::not_supported);
+  EXPECT_NE(s.reason.find("FP16"), std::string::npos) << s.reason;
+}
+
+TEST(CublasLtFp8, MatchesReferenceOfItsOwnOperands) {
+  REQUIRE_GPU();
+  std::uint64_t seed = 2000;
+  for (const Case& c : kCases) {
+    for (std::int64_t m : kRows) {
+      check_backend("cublaslt-fp8", problem(m, c), ++seed, InputDistribution::random);
+    }
+  }
+}
+
+TEST(CublasLtFp8, OperandsAreE4m3WithAlphaCarryingTheScales) {
+  REQUIRE_GPU();
+  const GemmProblem p = problem(7, kCases[0]);
+  const GemmInputs inputs = make_gemm_inputs(p, 31);
+  auto runner = backend("cublaslt-fp8").prepare(inputs, 1);
+  const OperandView a = runner->a_operand();
+  const OperandView b = runner->b_operand();
+  EXPECT_EQ(a.format, OperandFormat::e4m3);
+  EXPECT_EQ(b.format, OperandFormat::e4m3);
+  EXPECT_EQ(a.rows, p.m);
+  EXPECT_EQ(b.rows, p.n);
+  // Scales 448/amax put the largest |code| at 448 (0x7E), and no code is the NaN byte.
+  bool a_reaches_max = false;
+  for (std::int64_t i = 0; i < p.m * p.k; ++i) {
+    EXPECT_NE(a.codes[i] & 0x7F, 0x7F) << "NaN code at A[" << i << "]";
+    a_reaches_max = a_reaches_max || (a.codes[i] & 0x7F) == 0x7E;
+  }
+  EXPECT_TRUE(a_reaches_max);
+  EXPECT_LT(runner->alpha(), inputs.alpha) << "alpha must fold in 1/(sa*sb) with sa, sb > 1 for these inputs";
+}
+
+TEST(CublasLtNvfp4, AnswersBySmVersion) {
+  REQUIRE_GPU();
+  const GemmProblem p = problem(64, kCases[0]);
+  const Status s = backend("cublaslt-nvfp4").supports(p, gpu());
+  if (gpu().cc_major < 10) {
+    EXPECT_EQ(s.code, StatusCode::not_supported);
+    EXPECT_NE(s.reason.find("sm_100"), std::string::npos) << s.reason;
+    EXPECT_NE(s.reason.find("cuBLASLt"), std::string::npos) << s.reason;
+  } else {
+    std::uint64_t seed = 3000;
+    for (const Case& c : kCases) {
+      if (c.a != OperandFormat::nvfp4 || c.b != OperandFormat::nvfp4) continue;
+      for (std::int64_t m : kRows) check_backend("cublaslt-nvfp4", problem(m, c), ++seed, InputDistribution::random);
+    }
+  }
+}
+
+TEST(CublasLtNvfp4, RejectsNonNvfp4Operands) {
+  REQUIRE_GPU();
+  const Status s = backend("cublaslt-nvfp4").supports(problem(64, kCases[3]), gpu());
+  EXPECT_EQ(s.code, StatusCode::not_supported);
+  EXPECT_NE(s.reason.find("nvfp4"), std::string::npos) << s.reason;
+}
+
+TEST(CublasBackends, PoisonedOutputIsDetectedWhenRunIsSkipped) {
+  REQUIRE_GPU();
+  for (const char* name : {"cublas-bf16", "cublaslt-fp8"}) {
+    for (OutputType out : {OutputType::bf16, OutputType::f16, OutputType::f32}) {
+      const GemmProblem p = problem(7, {OperandFormat::nvfp4, OperandFormat::nvfp4, out});
+      SCOPED_TRACE(repro(p, 5, name));
+      auto runner = backend(name).prepare(make_gemm_inputs(p, 5), 1);
+      cuda::Stream stream;
+      runner->run(0, stream.as_void());  // a good output first, then poison over it
+      runner->poison_output();
+      const std::vector<float> got = runner->read_output(0);
+      const ReferenceResult ref = reference_gemm(runner->a_operand(), runner->b_operand(), runner->alpha());
+      const VerifyResult v = verify_gemm_output(got.data(), ref, p.k, p.out_type);
+      EXPECT_FALSE(v.passed);
+      EXPECT_EQ(v.non_finite, p.m * p.n);
+    }
+  }
+}
+
+TEST(CublasBackends, BadArgumentsAreRejected) {
+  REQUIRE_GPU();
+  const GemmProblem p = problem(7, kCases[0]);
+  const GemmInputs inputs = make_gemm_inputs(p, 9);
+  EXPECT_THROW(backend("cublas-bf16").prepare(inputs, 0), InvalidArgument);
+  auto runner = backend("cublas-bf16").prepare(inputs, 2);
+  cuda::Stream stream;
+  EXPECT_THROW(runner->run(2, stream.as_void()), InvalidArgument);
+  EXPECT_THROW(runner->run(-1, stream.as_void()), InvalidArgument);
+  EXPECT_THROW(runner->read_output(2), InvalidArgument);
+}
+
+TEST(CublasBackends, NoDeviceMeansNotSupportedWithTheReason) {
+  DeviceContext none;
+  none.unavailable_reason = "no CUDA device: test";
+  for (const char* name : {"cublas-bf16", "cublaslt-fp8", "cublaslt-nvfp4"}) {
+    const Status s = backend(name).supports(problem(64, kCases[0]), none);
+    EXPECT_EQ(s.code, StatusCode::not_supported) << name;
+    EXPECT_EQ(s.reason, none.unavailable_reason) << name;
+  }
+}
+
+TEST(CublasBackends, InvalidProblemIsInvalid) {
+  GemmProblem p = problem(64, kCases[0]);
+  p.k = 100;
+  for (const char* name : {"cublas-bf16", "cublaslt-fp8", "cublaslt-nvfp4"}) {
+    EXPECT_EQ(backend(name).supports(p, gpu()).code, StatusCode::invalid_problem) << name;
+  }
+}
+
+TEST(DeviceQuery, FillsEveryField) {
+  REQUIRE_GPU();
+  const DeviceContext& d = gpu();
+  EXPECT_EQ(d.ordinal, 0);
+  EXPECT_FALSE(d.name.empty());
+  EXPECT_GE(d.cc_major, 7);
+  EXPECT_GT(d.sm_count, 0);
+  EXPECT_GT(d.smem_per_block_optin, 48 * 1024);
+  EXPECT_GT(d.l2_bytes, 0);
+  EXPECT_GT(d.global_mem_bytes, d.l2_bytes);
+  EXPECT_GT(d.sm_clock_mhz, 100);
+  EXPECT_FALSE(d.driver_version.empty());
+  EXPECT_FALSE(d.runtime_version.empty());
+  EXPECT_FALSE(d.cublas_version.empty());
+  EXPECT_NE(d.cublas_version, "unknown");
+  EXPECT_TRUE(d.unavailable_reason.empty());
+}
+
+TEST(DeviceQuery, MissingOrdinalIsReportedNotThrown) {
+  const DeviceContext d = query_device(4096);
+  EXPECT_FALSE(d.available);
+  EXPECT_NE(d.unavailable_reason.find("4096"), std::string::npos) << d.unavailable_reason;
+  EXPECT_FALSE(d.runtime_version.empty());
+}
+
+TEST(Registration, IsIdempotent) {
+  register_cuda_backends();
+  const std::size_t count = gemm_backends().size();
+  EXPECT_NO_THROW(register_cuda_backends());
+  EXPECT_EQ(gemm_backends().size(), count);
+  for (const char* name : {"cublas-bf16", "cublaslt-fp8", "cublaslt-nvfp4"}) {
+    ASSERT_NE(find_gemm_backend(name), nullptr) << name;
+    EXPECT_FALSE(find_gemm_backend(name)->description().empty()) << name;
+  }
+}
+
+}  // namespace
+}  // namespace fp4gap

@@ -279,31 +279,60 @@ __global__ void __launch_bounds__(kThreads) quantize_kernel(QuantizeParams p) {
   }
 }
 
-// Thread blocks for a grid-stride kernel: enough to fill every SM once, fewer for small work.
-template <typename Kernel>
-unsigned int grid_for(Kernel kernel, std::int64_t work, int sm_count) {
+// Resident thread blocks per SM of each kernel, found once. The workspace constructor fills the
+// table, so no launch (which may be under graph capture) is the first to query the runtime.
+struct Occupancy {
+  int amax[3];
+  int quantize[3];
+  int quantize_report[3];
+};
+
+int resident_blocks(const void* kernel) {
   int resident = 0;
   CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kThreads, 0));
-  const std::int64_t full = static_cast<std::int64_t>(sm_count) * (resident > 0 ? resident : 1);
+  return resident > 0 ? resident : 1;
+}
+
+template <ElementType kType>
+void fill_occupancy(Occupancy& o) {
+  const int t = static_cast<int>(kType);
+  o.amax[t] = resident_blocks(reinterpret_cast<const void*>(amax_kernel<kType>));
+  o.quantize[t] = resident_blocks(reinterpret_cast<const void*>(quantize_kernel<kType, false>));
+  o.quantize_report[t] = resident_blocks(reinterpret_cast<const void*>(quantize_kernel<kType, true>));
+}
+
+const Occupancy& occupancy() {
+  static const Occupancy table = [] {
+    Occupancy o{};
+    fill_occupancy<ElementType::f32>(o);
+    fill_occupancy<ElementType::f16>(o);
+    fill_occupancy<ElementType::bf16>(o);
+    return o;
+  }();
+  return table;
+}
+
+// Thread blocks for a grid-stride kernel: enough to fill every SM once, fewer for small work.
+unsigned int grid_for(std::int64_t work, int resident_per_sm, int sm_count) {
+  const std::int64_t full = static_cast<std::int64_t>(sm_count) * resident_per_sm;
   const std::int64_t needed = (work + kThreads - 1) / kThreads;
   return static_cast<unsigned int>(needed < 1 ? 1 : (needed < full ? needed : full));
 }
 
 template <ElementType kType>
 void launch_quantize(const QuantizeParams& params, bool report, int sm_count, cudaStream_t stream) {
+  const int t = static_cast<int>(kType);
+  const Occupancy& occ = occupancy();
   const std::int64_t work = std::max<std::int64_t>(params.total_blocks, params.padding_entries);
   if (params.gs_from_amax) {
-    auto* kernel = amax_kernel<kType>;
-    kernel<<<grid_for(kernel, params.total_blocks, sm_count), kThreads, 0, stream>>>(
+    amax_kernel<kType><<<grid_for(params.total_blocks, occ.amax[t], sm_count), kThreads, 0, stream>>>(
         params.input, params.total_blocks, params.state);
     CUDA_CHECK_LAUNCH();
   }
   if (report) {
-    auto* kernel = quantize_kernel<kType, true>;
-    kernel<<<grid_for(kernel, work, sm_count), kThreads, 0, stream>>>(params);
+    quantize_kernel<kType, true><<<grid_for(work, occ.quantize_report[t], sm_count), kThreads, 0, stream>>>(params);
   } else {
-    auto* kernel = quantize_kernel<kType, false>;
-    kernel<<<grid_for(kernel, work, sm_count), kThreads, 0, stream>>>(params);
+    quantize_kernel<kType, false><<<grid_for(work, occ.quantize[t], sm_count), kThreads, 0, stream>>>(params);
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -350,6 +379,7 @@ DeviceQuantizeWorkspace::DeviceQuantizeWorkspace() {
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
+  static_cast<void>(occupancy());
   CUDA_CHECK(cudaMalloc(&state_, sizeof(QuantizeState)));
   CUDA_CHECK(cudaMemset(state_, 0, sizeof(QuantizeState)));
 }

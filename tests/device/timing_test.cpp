@@ -1,0 +1,191 @@
+// time_launch / time_runner / measure_ceilings on the GPU.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cuda/common.cuh"
+#include "fp4gap/backend.hpp"
+#include "fp4gap/cuda_api.hpp"
+#include "fp4gap/reference.hpp"
+#include "fp4gap/timing.hpp"
+#include "fp4gap/verify.hpp"
+
+namespace fp4gap {
+namespace {
+
+const DeviceContext& gpu() {
+  static const DeviceContext d = query_device(0);
+  return d;
+}
+#define REQUIRE_GPU() ASSERT_TRUE(gpu().available) << "device tests need a CUDA device: " << gpu().unavailable_reason
+
+void expect_ordered(const TimingStats& t, int samples, const char* mode) {
+  EXPECT_EQ(t.samples, samples) << mode;
+  EXPECT_GT(t.median_us, 0.0) << mode;
+  EXPECT_LE(t.p20_us, t.median_us) << mode;
+  EXPECT_LE(t.median_us, t.p80_us) << mode;
+}
+
+TEST(Timing, LaunchesRotateOverEverySetInBothModes) {
+  REQUIRE_GPU();
+  cuda::DeviceBuffer<std::uint8_t> scratch(5 * 4096);
+  std::map<int, int> calls;
+  int total = 0;
+  // A memset node is capturable, so the same callable serves warm-up, capture and event mode.
+  auto launch = [&](int set, void* stream) {
+    ++calls[set];
+    ++total;
+    CUDA_CHECK(cudaMemsetAsync(scratch.get() + 4096 * set, set, 4096, cuda::as_stream(stream)));
+  };
+  TimingOptions o;
+  o.warmup_launches = 3;
+  o.graph_launches = 8;
+  o.graph_replays = 4;
+  o.event_samples = 6;
+  const Timing t = time_launch(launch, 5, gpu(), o);
+  // Warm-up i % 5 (i < 3), capture i % 5 (i < 8), event mode s % 5 (s < 6): enqueued once each.
+  EXPECT_EQ(total, 3 + 8 + 6);
+  EXPECT_EQ(calls[0], 1 + 2 + 2);
+  EXPECT_EQ(calls[1], 1 + 2 + 1);
+  EXPECT_EQ(calls[2], 1 + 2 + 1);
+  EXPECT_EQ(calls[3], 0 + 1 + 1);
+  EXPECT_EQ(calls[4], 0 + 1 + 1);
+  expect_ordered(t.graph, 4, "graph");
+  expect_ordered(t.event, 6, "event");
+}
+
+TEST(Timing, GraphCoversEverySetWhenSetsOutnumberLaunches) {
+  REQUIRE_GPU();
+  cuda::DeviceBuffer<std::uint8_t> scratch(40);
+  std::map<int, int> calls;
+  auto launch = [&](int set, void* stream) {
+    ++calls[set];
+    CUDA_CHECK(cudaMemsetAsync(scratch.get() + set, 1, 1, cuda::as_stream(stream)));
+  };
+  TimingOptions o;
+  o.warmup_launches = 0;
+  o.graph_launches = 8;
+  o.graph_replays = 2;
+  o.event_samples = 1;
+  time_launch(launch, 40, gpu(), o);
+  for (int s = 0; s < 40; ++s) EXPECT_GE(calls[s], 1) << "set " << s << " never captured";
+}
+
+TEST(Timing, RunnerTimingHasPlausibleFloorsAndKeepsOutputsCorrect) {
+  REQUIRE_GPU();
+  register_cuda_backends();
+  GemmProblem p;
+  p.m = 64;
+  p.n = 2048;
+  p.k = 1024;
+  const std::uint64_t seed = 11;
+  SCOPED_TRACE("cublas-bf16 " + p.label() + " seed 11; repro: fp4gap_device_tests --gtest_filter='Timing.*'");
+  GemmBackend* b = find_gemm_backend("cublas-bf16");
+  ASSERT_NE(b, nullptr);
+  const GemmInputs inputs = make_gemm_inputs(p, seed);
+  auto runner = b->prepare(inputs, 3);
+  runner->poison_output();
+  const TimingOptions o;
+  const Timing t = time_runner(*runner, gpu(), o);
+  expect_ordered(t.graph, o.graph_replays, "graph");
+  expect_ordered(t.event, o.event_samples, "event");
+  // An empty kernel: about 1 us per launch inside a graph, several us between events (H200:
+  // 0.97 and 4.8). The graph floor must be the lower one, and a real GEMM above its floor.
+  EXPECT_GT(t.graph_floor_us, 0.0);
+  EXPECT_LT(t.graph_floor_us, 5.0);
+  EXPECT_LT(t.graph_floor_us, t.event_floor_us);
+  EXPECT_LT(t.event_floor_us, 50.0);
+  EXPECT_GT(t.graph.median_us, t.graph_floor_us);
+  EXPECT_GT(t.event.median_us, t.event_floor_us);
+  if (t.sm_clock_mhz > 0 && t.sm_clock_mhz >= 0.9 * gpu().sm_clock_mhz) {
+    EXPECT_TRUE(t.warnings.empty()) << t.warnings.front();
+  }
+  // Timing ran every set (graph rotation): each output is a correct GEMM, not the poison.
+  const ReferenceResult ref = reference_gemm(runner->a_operand(), runner->b_operand(), runner->alpha());
+  for (int s = 0; s < runner->input_sets(); ++s) {
+    const std::vector<float> got = runner->read_output(s);
+    const VerifyResult v = verify_gemm_output(got.data(), ref, p.k, p.out_type);
+    EXPECT_TRUE(v.passed) << "set " << s << ": " << v.message;
+  }
+}
+
+TEST(Timing, RejectsBadOptionsAndMissingDevice) {
+  auto noop = [](int, void*) {};
+  DeviceContext none;
+  none.unavailable_reason = "no CUDA device: test";
+  EXPECT_THROW(time_launch(noop, 1, none, TimingOptions{}), RuntimeError);
+  REQUIRE_GPU();
+  TimingOptions o;
+  o.graph_launches = 0;
+  EXPECT_THROW(time_launch(noop, 1, gpu(), o), InvalidArgument);
+  o = TimingOptions{};
+  o.graph_replays = 0;
+  EXPECT_THROW(time_launch(noop, 1, gpu(), o), InvalidArgument);
+  o = TimingOptions{};
+  o.event_samples = 0;
+  EXPECT_THROW(time_launch(noop, 1, gpu(), o), InvalidArgument);
+  EXPECT_THROW(time_launch(noop, 0, gpu(), TimingOptions{}), InvalidArgument);
+}
+
+TEST(Timing, CpuRunnerIsRejected) {
+  REQUIRE_GPU();
+  register_host_backends();
+  GemmBackend* cpu = find_gemm_backend("cpu-reference");
+  ASSERT_NE(cpu, nullptr);
+  GemmProblem p;
+  p.m = 1;
+  p.n = 32;
+  p.k = 32;
+  auto runner = cpu->prepare(make_gemm_inputs(p, 1), 1);
+  EXPECT_THROW(time_runner(*runner, gpu(), TimingOptions{}), InvalidArgument);
+}
+
+TEST(Timing, ErrorInsideCaptureLeavesTheStreamUsable) {
+  REQUIRE_GPU();
+  int calls = 0;
+  auto failing = [&](int, void*) {
+    if (++calls > 1) throw RuntimeError("launch failed on purpose");
+  };
+  TimingOptions o;
+  o.warmup_launches = 1;  // the warm-up succeeds; the first captured launch throws
+  EXPECT_THROW(time_launch(failing, 1, gpu(), o), RuntimeError);
+  // The device still works afterwards.
+  cuda::DeviceBuffer<int> x(1);
+  x.fill_bytes(0);
+  EXPECT_EQ(x.download()[0], 0);
+}
+
+TEST(Peak, CeilingsAreMeasuredAndFp4IsZeroBelowSm100) {
+  REQUIRE_GPU();
+  const Ceilings c = measure_ceilings(gpu());
+  EXPECT_GT(c.memory_bytes_per_s, 1e11);
+  EXPECT_GT(c.bf16_flops_per_s, 1e12);
+  if (gpu().cc_major * 10 + gpu().cc_minor >= 89) {
+    EXPECT_GT(c.fp8_flops_per_s, c.bf16_flops_per_s) << "FP8 tensor cores run at twice the BF16 rate";
+  }
+  if (gpu().cc_major < 10) {
+    EXPECT_EQ(c.fp4_flops_per_s, 0.0);
+  }
+  EXPECT_NE(c.source.find(gpu().name), std::string::npos) << c.source;
+  EXPECT_EQ(c.source.rfind("measured on ", 0), 0u) << c.source;
+  std::printf("ceilings on %s: memory %.3f TB/s, bf16 %.1f TFLOP/s, fp8 %.1f TFLOP/s, fp4 %.1f TFLOP/s\n",
+              gpu().name.c_str(), c.memory_bytes_per_s * 1e-12, c.bf16_flops_per_s * 1e-12, c.fp8_flops_per_s * 1e-12,
+              c.fp4_flops_per_s * 1e-12);
+}
+
+TEST(Peak, NoDeviceThrowsWithTheReason) {
+  DeviceContext none;
+  none.unavailable_reason = "no CUDA device: test";
+  try {
+    measure_ceilings(none);
+    FAIL() << "measure_ceilings without a device must throw";
+  } catch (const RuntimeError& e) {
+    EXPECT_NE(std::string(e.what()).find("no CUDA device: test"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace fp4gap

@@ -34,4 +34,25 @@ struct RooflinePoint {
 RooflinePoint roofline(const GemmProblem& p, OperandFormat a_moved, OperandFormat b_moved,
                        const Ceilings& c);
 
+// A roof below this is dominated by launch overhead, not by the GPU's rates: the H200's floors
+// are ~1 us per launch in a CUDA graph and ~4.8 us event-timed (KERNEL-NOTES).
+inline constexpr double kLaunchFloorSeconds = 2e-6;
+
+// The compute rate the roofline uses for these operands (flop/s; 0 when the ceiling is missing),
+// and its name ("BF16", "FP8", "FP4").
+double compute_ceiling(OperandFormat a_moved, OperandFormat b_moved, const Ceilings& c);
+std::string_view compute_ceiling_name(OperandFormat a_moved, OperandFormat b_moved, const Ceilings& c);
+
+// How well M x N output tiles cover the SMs: a GEMM that gives each SM at most one tile and
+// leaves SMs idle (tiles < SMs) cannot reach the compute roof without splitting K.
+struct TileCoverage {
+  std::int64_t tiles = 0;
+  int sm_count = 0;
+  int tile_m = 0, tile_n = 0;
+  double waves = 0.0;    // tiles / SMs
+  bool starved = false;  // fewer tiles than SMs
+  std::string text;      // "64 output tiles of 128x128 for 132 SMs"
+};
+TileCoverage tile_coverage(const GemmProblem& p, int sm_count, int tile_m = 128, int tile_n = 128);
+
 }  // namespace fp4gap

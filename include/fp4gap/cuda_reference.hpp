@@ -11,8 +11,8 @@
 namespace fp4gap {
 
 // D[m, n] = alpha * A[m, k] * B[n, k]^T with float32 accumulation in k order, written to d_out
-// as `out` (row-major, m*n elements; alpha applied in double, then rounded once to float and,
-// for bf16/f16, once more to the output type). a and b are OperandViews whose pointers are
+// as `out` (row-major, m*n elements; alpha applied in double, then rounded once to the output
+// type). a and b are OperandViews whose pointers are
 // DEVICE addresses. Asynchronous on `stream`; capturable into a CUDA graph.
 // Throws InvalidArgument when a.k != b.k, a shape is < 1, an nvfp4 operand has k % 16 != 0, or
 // a pointer the format needs is null.

@@ -31,14 +31,15 @@ __device__ __forceinline__ float operand_value(const OperandView& v, std::int64_
   return 0.0f;
 }
 
+// One rounding from the double alpha * acc to the output type.
 template <typename Out>
-__device__ __forceinline__ Out to_output(float v);
+__device__ __forceinline__ Out to_output(double v);
 template <>
-__device__ __forceinline__ float to_output<float>(float v) { return v; }
+__device__ __forceinline__ float to_output<float>(double v) { return __double2float_rn(v); }
 template <>
-__device__ __forceinline__ __nv_bfloat16 to_output<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+__device__ __forceinline__ __nv_bfloat16 to_output<__nv_bfloat16>(double v) { return __double2bfloat16(v); }
 template <>
-__device__ __forceinline__ __half to_output<__half>(float v) { return __float2half_rn(v); }
+__device__ __forceinline__ __half to_output<__half>(double v) { return __double2half(v); }
 
 // threadIdx.x runs along n so that a warp shares one row of A.
 template <typename Out>
@@ -48,7 +49,7 @@ __global__ void reference_gemm_f32_kernel(OperandView a, OperandView b, double a
   if (m >= a.rows || n >= b.rows) return;
   float acc = 0.0f;
   for (std::int64_t k = 0; k < a.k; ++k) acc += operand_value(a, m, k) * operand_value(b, n, k);
-  d[m * b.rows + n] = to_output<Out>(__double2float_rn(static_cast<double>(acc) * alpha));
+  d[m * b.rows + n] = to_output<Out>(static_cast<double>(acc) * alpha);
 }
 
 // The ReferenceResult form: the products are exact in float32 and summed in double.

@@ -46,6 +46,7 @@ constexpr int kNr = 4;
 constexpr std::int64_t kKc = 256;
 constexpr std::int64_t kMc = 64;
 constexpr std::int64_t kNc = 256;
+static_assert(kMc % kMr == 0 && kNc % kNr == 0, "a tile holds whole register blocks");
 
 // Every product of two dequantized operands is exact in double (at most 16 significant bits), so
 // each output is the plain sequential sum over k of exact products: the accumulation order is

@@ -11,6 +11,8 @@ namespace {
 
 // Beyond this the reference takes minutes on a few cores.
 constexpr double kMaxMacs = 68719476736.0;  // 2^36
+// The reference keeps two doubles per output: 2^26 outputs are 1 GiB.
+constexpr double kMaxOutputs = 67108864.0;  // 2^26
 
 class CpuReferenceRunner : public GemmRunner {
  public:
@@ -71,6 +73,13 @@ class CpuReferenceBackend : public GemmBackend {
       char buf[32];
       std::snprintf(buf, sizeof buf, "%.0f", macs);  // m*n*k may not fit int64
       return Status::not_supported(std::string("too large for the CPU reference (m*n*k = ") + buf + " > 2^36)");
+    }
+    const double outputs = static_cast<double>(p.m) * static_cast<double>(p.n);
+    if (outputs > kMaxOutputs) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.0f", outputs);
+      return Status::not_supported(std::string("too large for the CPU reference (m*n = ") + buf +
+                                   " outputs > 2^26; it keeps two doubles per output)");
     }
     return Status::ok();
   }

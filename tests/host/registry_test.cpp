@@ -92,6 +92,10 @@ TEST(CpuReferenceBackend, SupportsValidProblemsUpToASizeLimit) {
   EXPECT_EQ(big.code, StatusCode::not_supported);
   EXPECT_NE(big.reason.find("too large for the CPU reference (m*n*k = 549755813888"), std::string::npos) << big.reason;
 
+  const Status wide = cpu->supports(make_problem(16384, 8192, 32), no_device);  // 2^32 MACs, 2^27 outputs
+  EXPECT_EQ(wide.code, StatusCode::not_supported);
+  EXPECT_NE(wide.reason.find("too large for the CPU reference (m*n = 134217728"), std::string::npos) << wide.reason;
+
   const Status invalid = cpu->supports(make_problem(16, 64, 100), no_device);
   EXPECT_EQ(invalid.code, StatusCode::invalid_problem);
   EXPECT_NE(invalid.reason.find("K % 32 != 0"), std::string::npos) << invalid.reason;

@@ -1,0 +1,150 @@
+#include "cli_support.hpp"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "fp4gap/cuda_api.hpp"
+#include "fp4gap/cuda_reference.hpp"
+#include "fp4gap/device_specs.hpp"
+#include "fp4gap/timing.hpp"
+
+namespace fp4gap::cli {
+
+void write_output(const std::string& path, const std::string& text) {
+  if (path.empty() || path == "-") {
+    std::cout << text << std::flush;
+    return;
+  }
+  std::ofstream f(path, std::ios::binary);
+  if (!f) throw RuntimeError("cannot open output file " + path + " for writing");
+  f << text;
+  f.close();
+  if (!f) throw RuntimeError("writing output file " + path + " failed");
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw RuntimeError("cannot open " + path + " for reading");
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+CeilingsChoice choose_ceilings(const DeviceContext& device, const std::string& choice) {
+  CeilingsChoice out;
+  auto datasheet = [&](const std::string& why) {
+    const DeviceSpec* spec = device.available ? find_device_spec(device.name) : nullptr;
+    if (spec) out.ceilings = datasheet_ceilings(*spec);
+    if (out.ceilings) {
+      out.notes.push_back("ceilings: " + why + "datasheet " + std::string(spec->name));
+    } else {
+      out.notes.push_back("ceilings: none (" + why + (device.available ? "no datasheet entry for " + device.name
+                                                                       : describe_unavailable(device)) +
+                          "): roofline columns stay empty");
+    }
+  };
+  if (choice.empty() || choice == "measure") {
+    if (!device.available) {
+      datasheet("");
+      return out;
+    }
+    try {
+      out.ceilings = measure_ceilings(device);
+      out.notes.push_back("ceilings: measured (" + out.ceilings->source + ")");
+    } catch (const std::exception& e) {
+      if (choice == "measure") throw;
+      datasheet(std::string("measuring failed: ") + e.what() + "; ");
+    }
+    return out;
+  }
+  if (choice == "datasheet") {
+    datasheet("");
+    return out;
+  }
+  out.ceilings = ceilings_from_json(read_file(choice));
+  out.notes.push_back("ceilings: from " + choice + " (" + out.ceilings->source + ")");
+  return out;
+}
+
+void write_run_header(std::ostream& out, const RunContext& context) {
+  for (const std::string& line : describe_device(context.device)) out << line << "\n";
+  if (context.ceilings) out << "ceilings: " << describe_ceilings(*context.ceilings) << "\n";
+  for (const std::string& note : context.notes) out << note << "\n";
+}
+
+void progress_line(const std::string& text) {
+  if (::isatty(STDERR_FILENO)) std::cerr << "  .. " << text << "\n";
+}
+
+GemmBenchOptions gemm_bench_options(const DeviceContext& device) {
+  register_host_backends();
+  register_cuda_backends();
+  GemmBenchOptions o;
+  o.device = device;
+  o.time_device_runner = [](GemmRunner& runner, const DeviceContext& d, const TimingOptions& t) {
+    return time_runner(runner, d, t);
+  };
+  o.device_reference = [](const OperandView& a, const OperandView& b, double alpha) {
+    return gpu_reference_gemm(a, b, alpha);
+  };
+  o.progress = progress_line;
+  return o;
+}
+
+int exit_code_for(const std::vector<GemmRow>& rows) {
+  bool error = false;
+  for (const GemmRow& r : rows) {
+    if (r.status == RowStatus::incorrect) return kExitIncorrect;
+    if (r.status == RowStatus::error) error = true;
+  }
+  return error ? kExitError : kExitOk;
+}
+
+std::string rows_summary(const std::vector<GemmRow>& rows) {
+  int counts[5] = {0, 0, 0, 0, 0};
+  for (const GemmRow& r : rows) ++counts[static_cast<int>(r.status)];
+  std::ostringstream s;
+  s << rows.size() << " rows: " << counts[static_cast<int>(RowStatus::passed)] << " passed, "
+    << counts[static_cast<int>(RowStatus::incorrect)] << " BROKEN (incorrect), "
+    << counts[static_cast<int>(RowStatus::not_supported)] << " not supported, "
+    << counts[static_cast<int>(RowStatus::invalid_problem)] << " invalid problems, "
+    << counts[static_cast<int>(RowStatus::error)] << " errors";
+  return s.str();
+}
+
+void write_datasheet_table(std::ostream& out) {
+  auto opt = [](const std::optional<double>& v, int decimals) {
+    return v ? format_fixed(*v, decimals) : std::string("n/a");
+  };
+  auto bytes = [](const std::optional<std::int64_t>& v, double unit, const char* suffix) {
+    return v ? format_fixed(static_cast<double>(*v) / unit, 0) + suffix : std::string("n/a");
+  };
+  out << "datasheet figures (dense tensor-core rates, FP32 accumulate):\n";
+  std::vector<std::vector<std::string>> rows = {
+      {"gpu", "arch", "SMs", "BF16 TFLOP/s", "FP8 TFLOP/s", "FP4 TFLOP/s", "memory TB/s", "smem/block", "L2"}};
+  for (const DeviceSpec& s : device_specs()) {
+    rows.push_back({std::string(s.name), std::string(s.architecture),
+                    s.sm_count ? std::to_string(*s.sm_count) : "n/a", opt(s.bf16_dense_tflops, 1),
+                    opt(s.fp8_dense_tflops, 1), s.has_fp4_tensor_cores ? opt(s.fp4_dense_tflops, 1) : "n/a",
+                    opt(s.memory_tb_per_s, 2), bytes(s.smem_per_block_optin_bytes, 1024.0, " KiB"),
+                    bytes(s.l2_bytes, 1024.0 * 1024.0, " MiB")});
+  }
+  std::vector<std::size_t> width(rows[0].size(), 0);
+  for (const auto& r : rows) {
+    for (std::size_t c = 0; c < r.size(); ++c) width[c] = std::max(width[c], r[c].size());
+  }
+  for (const auto& r : rows) {
+    out << " ";
+    for (std::size_t c = 0; c < r.size(); ++c) {
+      out << " " << r[c] << std::string(width[c] - r[c].size(), ' ');
+    }
+    out << "\n";
+  }
+  out << "sources:\n";
+  for (const DeviceSpec& s : device_specs()) out << "  " << s.name << ": " << s.sources << "\n";
+}
+
+}  // namespace fp4gap::cli

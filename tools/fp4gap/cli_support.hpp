@@ -1,0 +1,56 @@
+#pragma once
+// Helpers shared by the fp4gap subcommands: exit codes, output files, the device/ceilings header.
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "fp4gap/backend.hpp"
+#include "fp4gap/gemm_bench.hpp"
+#include "fp4gap/report.hpp"
+#include "fp4gap/roofline.hpp"
+
+namespace fp4gap::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitIncorrect = 1;  // a backend produced a wrong result
+inline constexpr int kExitError = 2;      // bad input, I/O or CUDA failure (an exception)
+inline constexpr int kExitNoDevice = 3;   // the command needs a CUDA device
+
+// Ends the subcommand with `code`; main() returns it (CLI11's RuntimeError carries it).
+[[noreturn]] inline void exit_with(int code) { throw CLI::RuntimeError(code); }
+
+// Writes `text` to `path`, or to stdout when path is empty or "-". Throws RuntimeError on I/O failure.
+void write_output(const std::string& path, const std::string& text);
+std::string read_file(const std::string& path);
+
+// The ceilings a run measures against. `choice`: "" (auto: measured when a device exists, the
+// datasheet of the device when measuring fails), "measure", "datasheet", or a file written by
+// `fp4gap peak --output`. notes say where they came from and what failed on the way.
+struct CeilingsChoice {
+  std::optional<Ceilings> ceilings;
+  std::vector<std::string> notes;
+};
+CeilingsChoice choose_ceilings(const DeviceContext& device, const std::string& choice);
+
+// Device lines, ceilings and notes, one per line.
+void write_run_header(std::ostream& out, const RunContext& context);
+
+// Progress lines on stderr when it is a terminal (keeps pipes and logs clean).
+void progress_line(const std::string& text);
+
+// Registers the host and CUDA backends and returns pipeline options wired to the CUDA library's
+// timer (time_runner) and GPU reference (gpu_reference_gemm), with progress on a terminal.
+GemmBenchOptions gemm_bench_options(const DeviceContext& device);
+
+// kExitIncorrect when a row is incorrect, else kExitError when a row is an error, else kExitOk.
+int exit_code_for(const std::vector<GemmRow>& rows);
+// "12 rows: 9 passed, 1 BROKEN (incorrect), 2 not supported, 0 invalid, 0 errors"
+std::string rows_summary(const std::vector<GemmRow>& rows);
+
+// The datasheet table of every known GPU with its sources, for `info` and `peak`.
+void write_datasheet_table(std::ostream& out);
+
+}  // namespace fp4gap::cli

@@ -1,0 +1,187 @@
+// fp4gap diagnose: the main job. With a CUDA device: ceilings, then every backend on the glm5
+// shapes at decode/mid/prefill M, then a verdict per shape. Without one: says so plainly and
+// checks the verification pipeline with the CPU reference on small problems.
+#include <cmath>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "cli_support.hpp"
+#include "commands.hpp"
+#include "fp4gap/cuda_api.hpp"
+#include "fp4gap/device_specs.hpp"
+#include "fp4gap/gemm_bench.hpp"
+#include "fp4gap/presets.hpp"
+#include "fp4gap/ranges.hpp"
+
+namespace fp4gap::cli {
+namespace {
+
+struct DiagnoseArgs {
+  std::string m = "16,512,4096";
+  int tp = 1;
+  std::uint64_t seed = 1;
+  std::string ceilings;
+  std::string output;
+};
+
+bool is_reference_backend(std::string_view name) {
+  constexpr std::string_view suffix = "-reference";
+  return name.size() >= suffix.size() && name.substr(name.size() - suffix.size()) == suffix;
+}
+
+// Small W4A4 and W4A16 problems the CPU reference checks in well under a second.
+std::vector<GemmCase> cpu_check_cases() {
+  std::vector<GemmCase> cases;
+  for (const auto& [name, a_format] : {std::pair{"W4A4", OperandFormat::nvfp4}, std::pair{"W4A16", OperandFormat::bf16}}) {
+    for (std::int64_t m : {1, 16}) {
+      GemmProblem p;
+      p.m = m;
+      p.n = 256;
+      p.k = 512;
+      p.a_format = a_format;
+      p.b_format = OperandFormat::nvfp4;
+      p.out_type = OutputType::bf16;
+      cases.push_back({name, p, Status::ok()});
+    }
+  }
+  return cases;
+}
+
+int diagnose_without_device(const DeviceContext& device, const DiagnoseArgs& a, std::ostream& out) {
+  out << describe_unavailable(device) << "; measurement needs a CUDA device\n"
+      << "Checking the verification pipeline on the CPU instead: the cpu-reference backend on small W4A4 "
+         "and W4A16 problems (m 1 and 16, n 256, k 512), verified like every GPU backend would be.\n\n";
+  GemmBenchOptions options = gemm_bench_options(device);
+  options.seed = a.seed;
+  GemmBackend* cpu = find_gemm_backend("cpu-reference");
+  if (!cpu) throw RuntimeError("the cpu-reference backend is not registered");
+  const std::vector<GemmRow> rows = run_gemm_bench(cpu_check_cases(), {cpu}, options);
+  write_table(out, rows);
+  out << "\n" << rows_summary(rows) << "\n";
+  const int code = exit_code_for(rows);
+  out << (code == kExitOk ? "The CPU pipeline is sound. " : "The CPU pipeline FAILED its checks. ")
+      << "Run fp4gap diagnose on a machine with a CUDA device to measure kernels.\n";
+  return code;
+}
+
+std::string us_text(double us) { return format_fixed(us, us < 10 ? 2 : 1) + " us"; }
+
+// One paragraph per shape: the fastest verified backend, how close it gets to the roof, and the
+// gap to cuBLAS BF16 measured in the same run.
+void write_verdicts(std::ostream& out, const std::vector<GemmRow>& rows) {
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<const GemmRow*>> by_shape;
+  for (const GemmRow& r : rows) {
+    const std::string key = (r.shape_name.empty() ? "" : r.shape_name + " ") + r.problem;
+    if (!by_shape.count(key)) order.push_back(key);
+    by_shape[key].push_back(&r);
+  }
+  out << "\nverdict:\n";
+  for (const std::string& key : order) {
+    const GemmRow* best = nullptr;
+    const GemmRow* cublas = nullptr;
+    std::vector<std::string> broken, failed;
+    for (const GemmRow* r : by_shape[key]) {
+      if (r->status == RowStatus::incorrect) broken.push_back(r->backend);
+      if (r->status == RowStatus::error) failed.push_back(r->backend);
+      if (r->status != RowStatus::passed || !r->median_us || r->mode != "graph") continue;
+      if (r->backend == kCublasBf16Backend) cublas = r;
+      if (!best || *r->median_us < *best->median_us) best = r;
+    }
+    std::ostringstream s;
+    s << "  " << key << ": ";
+    if (!best) {
+      s << "no backend was verified and timed.";
+    } else {
+      s << "best " << best->backend << " at " << us_text(*best->median_us);
+      if (best->pct_of_roof) s << ", " << format_fixed(*best->pct_of_roof, 1) << "% of its roof";
+      if (best->pct_of_problem_roof && best->pct_of_roof &&
+          std::abs(*best->pct_of_problem_roof - *best->pct_of_roof) > 0.05) {
+        s << " (" << format_fixed(*best->pct_of_problem_roof, 1) << "% of the " << best->a_format << " x "
+          << best->b_format << " roof)";
+      }
+      if (!best->bound.empty()) s << ", " << best->bound << "-bound: " << best->bound_reason;
+      s << ". ";
+      if (!cublas) {
+        s << "cublas-bf16 did not run, so there is no baseline.";
+      } else if (cublas == best) {
+        s << "cuBLAS BF16 is the fastest here: no FP4 path beats it.";
+      } else {
+        s << "cublas-bf16 " << us_text(*cublas->median_us) << ": " << format_fixed(*cublas->median_us / *best->median_us, 2)
+          << "x faster than cuBLAS BF16.";
+      }
+    }
+    if (!broken.empty()) {
+      s << " BROKEN (wrong results, not timed):";
+      for (const std::string& b : broken) s << " " << b;
+      s << ".";
+    }
+    if (!failed.empty()) {
+      s << " Errors:";
+      for (const std::string& b : failed) s << " " << b;
+      s << ".";
+    }
+    out << s.str() << "\n";
+  }
+}
+
+int diagnose_with_device(const DeviceContext& device, const DiagnoseArgs& a, std::ostream& out) {
+  GemmBenchOptions options = gemm_bench_options(device);
+  options.seed = a.seed;
+  RunContext context;
+  context.device = device;
+  const CeilingsChoice ceilings = choose_ceilings(device, a.ceilings);
+  context.ceilings = ceilings.ceilings;
+  context.notes = ceilings.notes;
+  options.ceilings = ceilings.ceilings;
+  if (!a.ceilings.empty()) options.repro_extra = "--ceilings " + a.ceilings;
+  write_run_header(out, context);
+  if (const DeviceSpec* spec = find_device_spec(device.name)) {
+    if (const auto sheet = datasheet_ceilings(*spec)) out << "datasheet: " << describe_ceilings(*sheet) << "\n";
+  }
+  out << "\n";
+
+  GemmProblem formats;  // W4A4: nvfp4 x nvfp4 -> bf16, the serving case
+  const std::vector<std::int64_t> ms = parse_range_list(a.m);
+  std::vector<GemmCase> cases;
+  for (const PresetShape& s : preset_shapes("glm5", a.tp, formats, ms)) cases.push_back({s.name, s.problem, s.status});
+  std::vector<GemmBackend*> backends;
+  for (GemmBackend* b : gemm_backends()) {
+    if (!is_reference_backend(b->name())) backends.push_back(b);
+  }
+  const std::vector<GemmRow> rows = run_gemm_bench(cases, backends, options);
+  write_table(out, rows);
+  write_verdicts(out, rows);
+  out << "\n" << rows_summary(rows) << "\n";
+  return exit_code_for(rows);
+}
+
+void run_diagnose(const DiagnoseArgs& a) {
+  const DeviceContext device = query_device(0);
+  // Straight to stdout, so a long GPU run shows its header before the table is done.
+  std::ostringstream buffered;
+  std::ostream& out = a.output.empty() ? std::cout : buffered;
+  const int code = device.available ? diagnose_with_device(device, a, out) : diagnose_without_device(device, a, out);
+  out << std::flush;
+  if (!a.output.empty()) write_output(a.output, buffered.str());
+  if (code != kExitOk) exit_with(code);
+}
+
+}  // namespace
+
+void add_diagnose_command(CLI::App& app) {
+  auto args = std::make_shared<DiagnoseArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "diagnose", "The main job: ceilings, every backend on the glm5 shapes, and a verdict per shape");
+  cmd->add_option("--m", args->m, "M values of the glm5 shapes (list/ranges)");
+  cmd->add_option("--tp", args->tp, "tensor-parallel degree splitting the intermediate dimension")->check(CLI::PositiveNumber);
+  cmd->add_option("--seed", args->seed, "input seed");
+  cmd->add_option("--ceilings", args->ceilings, "FILE from `fp4gap peak --output`, datasheet, or measure (default)");
+  cmd->add_option("--output", args->output, "write the report to FILE instead of stdout");
+  cmd->callback([args] { run_diagnose(*args); });
+}
+
+}  // namespace fp4gap::cli

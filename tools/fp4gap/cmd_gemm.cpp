@@ -1,0 +1,138 @@
+// fp4gap gemm: every chosen backend on every chosen shape, verified against the reference, then
+// timed and placed on the roofline. Exit 1 when any backend computed a wrong result.
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "cli_support.hpp"
+#include "commands.hpp"
+#include "fp4gap/cuda_api.hpp"
+#include "fp4gap/gemm_bench.hpp"
+#include "fp4gap/presets.hpp"
+#include "fp4gap/ranges.hpp"
+
+namespace fp4gap::cli {
+namespace {
+
+struct GemmArgs {
+  std::string m, n, k;
+  std::string a_format = "nvfp4";
+  std::string b_format = "nvfp4";
+  std::string out = "bf16";
+  std::string backends = "all";
+  std::string preset;
+  int tp = 1;
+  std::uint64_t seed = 1;
+  std::string distribution = "random";
+  std::string format = "table";
+  std::string output;
+  std::string ceilings;
+};
+
+// Accepts the names the rest of the tool prints (f16, f32) and the common spellings (fp16, fp32).
+OutputType parse_out(const std::string& s) {
+  if (s == "fp16") return OutputType::f16;
+  if (s == "fp32") return OutputType::f32;
+  return parse_output_type(s);
+}
+
+std::vector<GemmCase> make_cases(const GemmArgs& a, CLI::App& cmd) {
+  GemmProblem formats;
+  formats.a_format = parse_operand_format(a.a_format);
+  formats.b_format = parse_operand_format(a.b_format);
+  formats.out_type = parse_out(a.out);
+  std::vector<GemmCase> cases;
+  if (!a.preset.empty()) {
+    if (cmd.count("--n") || cmd.count("--k")) {
+      throw InvalidArgument("--n and --k cannot be combined with --preset (the preset fixes them; --m may narrow M)");
+    }
+    const std::vector<std::int64_t> ms = a.m.empty() ? std::vector<std::int64_t>{} : parse_range_list(a.m);
+    for (const PresetShape& s : preset_shapes(a.preset, a.tp, formats, ms)) {
+      cases.push_back({s.name, s.problem, s.status});
+    }
+    return cases;
+  }
+  if (cmd.count("--tp")) throw InvalidArgument("--tp applies to --preset shapes only");
+  if (a.m.empty() || a.n.empty() || a.k.empty()) {
+    throw InvalidArgument("--m, --n and --k are all required unless --preset is given");
+  }
+  const auto ms = parse_range_list(a.m), ns = parse_range_list(a.n), ks = parse_range_list(a.k);
+  for (std::int64_t n : ns) {
+    for (std::int64_t k : ks) {
+      for (std::int64_t m : ms) {
+        GemmProblem p = formats;
+        p.m = m;
+        p.n = n;
+        p.k = k;
+        cases.push_back({"", p, Status::ok()});
+      }
+    }
+  }
+  return cases;
+}
+
+void run_gemm(const GemmArgs& a, CLI::App& cmd) {
+  const std::vector<GemmCase> cases = make_cases(a, cmd);
+  GemmBenchOptions options = gemm_bench_options(query_device(0));
+  options.seed = a.seed;
+  options.distribution = parse_input_distribution(a.distribution);
+  const std::vector<GemmBackend*> backends = select_backends(a.backends);
+  // "all" includes the CPU reference backend, which would take minutes on large shapes; named
+  // explicitly it runs at any size its own limit allows.
+  if (a.backends == "all") options.host_backend_max_macs = 8589934592.0;  // 2^33
+  if (!a.ceilings.empty()) options.repro_extra = "--ceilings " + a.ceilings;
+
+  RunContext context;
+  context.device = options.device;
+  const CeilingsChoice ceilings = choose_ceilings(options.device, a.ceilings);
+  context.ceilings = ceilings.ceilings;
+  context.notes = ceilings.notes;
+  options.ceilings = ceilings.ceilings;
+
+  const std::vector<GemmRow> rows = run_gemm_bench(cases, backends, options);
+
+  std::ostringstream text;
+  if (a.format == "table") {
+    write_run_header(text, context);
+    text << "\n";
+    write_table(text, rows);
+  } else if (a.format == "csv") {
+    write_run_header(std::cerr, context);
+    write_csv(text, rows);
+  } else {
+    text << to_json(context, rows);
+  }
+  write_output(a.output, text.str());
+  std::cerr << rows_summary(rows) << (a.output.empty() ? "" : "; written to " + a.output) << "\n";
+  const int code = exit_code_for(rows);
+  if (code != kExitOk) exit_with(code);
+}
+
+}  // namespace
+
+void add_gemm_command(CLI::App& app) {
+  auto args = std::make_shared<GemmArgs>();
+  CLI::App* cmd = app.add_subcommand("gemm", "Verify, time and place on the roofline every backend for the given shapes");
+  cmd->add_option("--m", args->m, "M values: list/ranges, e.g. 1,16,64 or 16:4096:x2 or 128:1024:+128");
+  cmd->add_option("--n", args->n, "N values (same syntax)");
+  cmd->add_option("--k", args->k, "K values (same syntax)");
+  cmd->add_option("--a-format", args->a_format, "A (activation) format")->check(CLI::IsMember({"nvfp4", "bf16", "e4m3"}));
+  cmd->add_option("--b-format", args->b_format, "B (weight, N x K) format")->check(CLI::IsMember({"nvfp4", "bf16", "e4m3"}));
+  cmd->add_option("--out", args->out, "output type")->check(CLI::IsMember({"bf16", "fp16", "f16", "f32", "fp32"}));
+  cmd->add_option("--backends", args->backends, "comma-separated backend names, or all");
+  cmd->add_option("--preset", args->preset, "named shape set (glm5: W13, W2 and the seed shape over M)")
+      ->check(CLI::IsMember({"glm5"}));
+  cmd->add_option("--tp", args->tp, "tensor-parallel degree splitting the preset's intermediate dimension")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--seed", args->seed, "input seed (same inputs for every backend)");
+  cmd->add_option("--distribution", args->distribution, "input values")->check(CLI::IsMember({"random", "exact-grid"}));
+  cmd->add_option("--format", args->format, "report format")->check(CLI::IsMember({"table", "csv", "json"}));
+  cmd->add_option("--output", args->output, "write the report to FILE instead of stdout");
+  cmd->add_option("--ceilings", args->ceilings,
+                  "roofline ceilings: FILE from `fp4gap peak --output`, datasheet, or measure (default: measure "
+                  "when a device exists)");
+  cmd->callback([args, cmd] { run_gemm(*args, *cmd); });
+}
+
+}  // namespace fp4gap::cli

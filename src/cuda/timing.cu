@@ -191,7 +191,9 @@ Timing time_launch(const std::function<void(int set, void* stream)>& launch, int
 
   // Floors: an empty kernel through exactly the same machinery.
   const Launch empty = launch_empty;
-  for (int i = 0; i < options.warmup_launches; ++i) launch_empty(0, stream.as_void());
+  // At least one launch outside the capture: a lazily loaded module must not load during capture.
+  for (int i = 0; i < std::max(1, options.warmup_launches); ++i) launch_empty(0, stream.as_void());
+  stream.synchronize();
   t.graph_floor_us = summarize_samples(graph_samples(empty, 1, launches, options.graph_replays, stream)).median_us;
   t.event_floor_us = summarize_samples(event_samples(empty, 1, options.event_samples, flush, stream)).median_us;
 

@@ -238,10 +238,24 @@ TEST(DeviceQuery, FillsEveryField) {
 }
 
 TEST(DeviceQuery, MissingOrdinalIsReportedNotThrown) {
+  REQUIRE_GPU();
   const DeviceContext d = query_device(4096);
   EXPECT_FALSE(d.available);
   EXPECT_NE(d.unavailable_reason.find("4096"), std::string::npos) << d.unavailable_reason;
   EXPECT_FALSE(d.runtime_version.empty());
+}
+
+TEST(DeviceQuery, NeverThrowsAndExplainsAbsence) {
+  // Holds on any machine: with or without a driver and a GPU.
+  for (int ordinal : {0, 1, -1}) {
+    DeviceContext d;
+    ASSERT_NO_THROW(d = query_device(ordinal));
+    EXPECT_EQ(d.ordinal, ordinal);
+    EXPECT_EQ(d.available, d.unavailable_reason.empty()) << d.unavailable_reason;
+    if (!d.available) {
+      EXPECT_NE(d.unavailable_reason.find("no CUDA device"), std::string::npos) << d.unavailable_reason;
+    }
+  }
 }
 
 TEST(Registration, IsIdempotent) {

@@ -94,6 +94,43 @@ TEST(Quantize, HandComputedTwoBlocks) {
   EXPECT_EQ(u[16 + 0], 6.0f * 112.0f);
 }
 
+// The recipe's order of operations is part of the format: CPU and GPU must agree bit for bit,
+// so these blocks sit where a different (mathematically equal) order gives another byte.
+TEST(Quantize, RecipeOrderOfOperations) {
+  // sf = gs * (vmax * r6), not gs * vmax / 6. With gs = 1, r6 = fl(1/6) = (1 + 2^-25) / 6 and
+  // vmax = 7.125 - 2^-21 (the float below 6 * 1.1875, 1.1875 being the E4M3 midpoint between
+  // 1.125 = 0x39 and 1.25 = 0x3A):
+  //   vmax / 6      = 1.1875 - 0.67 ulp(2^-23) -> rounds to 1.1875 - 2^-23 -> E4M3 0x39
+  //   vmax * r6     = 1.1875 - 0.67 ulp + 0.30 ulp = 1.1875 - 0.37 ulp -> rounds to 1.1875, the
+  //                   midpoint, which E4M3 RNE sends to the even code 1.25 -> 0x3A
+  {
+    std::vector<float> x(16, 0.0f);
+    x[0] = 7.125f - 0x1p-21f;
+    QuantizeOptions opt;
+    opt.global_scale = 1.0f;
+    const Nvfp4Matrix m = quantize_nvfp4(x, 1, 16, opt);
+    EXPECT_EQ(m.scales[0], 0x3A);
+  }
+  // out = 1 / (f32(sf8) * fl(1/gs)), not gs / f32(sf8). With gs = 1309 and vmax = 0.003125,
+  // sf = 0.682 -> sf8 = 0.6875 (0x33); 1 / fl(0.6875 * fl(1/1309)) = 1903.99988 while
+  // 1309 / 0.6875 = 1904. These elements were found by search so that x * 1903.99988 lands one
+  // ulp below an E2M1 tie (0.75, 1.75, 3.5) while x * 1904 lands on it (which rounds up).
+  {
+    std::vector<float> x(16, 0.0f);
+    x[0] = 0.003125f;
+    x[1] = 0x1.9d0ac2p-12f;  // * out = 0.74999994 -> code 1 (0.5); with 1904: 0.75 -> code 2
+    x[2] = 0x1.e1e1e2p-11f;  // * out = 1.74999988 -> code 3 (1.5); with 1904: 1.75 -> code 4
+    x[3] = 0x1.e1e1e2p-10f;  // * out = 3.49999976 -> code 5 (3);   with 1904: 3.5  -> code 6
+    QuantizeOptions opt;
+    opt.global_scale = 1309.0f;
+    const Nvfp4Matrix m = quantize_nvfp4(x, 1, 16, opt);
+    EXPECT_EQ(m.scales[0], 0x33);
+    EXPECT_EQ(code_at(m, 0, 1), 1);
+    EXPECT_EQ(code_at(m, 0, 2), 3);
+    EXPECT_EQ(code_at(m, 0, 3), 5);
+  }
+}
+
 // ---------------------------------------------------------------- exact round trips
 
 // Data on the NVFP4 grid: each block is e2m1 codes times 2^j with one element forced to +-6, so

@@ -1,0 +1,336 @@
+#pragma once
+// Decode GEMM (M <= 64): the host-side contract of the mma.sync NVFP4-weight kernels in
+// src/cuda/decode. Problem shapes and launch-argument rules, the closed list of tile
+// configurations, the split-K policy, the pre-shuffled weight layout, and the FP4 -> BF16/FP16
+// bit arithmetic the kernels run. The arithmetic is host/device so host tests check it exhaustively.
+//
+// Operand roles. D[M, N] = alpha * A[M, K] * B[N, K]^T with B the NVFP4 weight. The kernels compute
+// D^T = B * A^T with mma.sync m16n8k16: 16 weight rows are the mma's A operand (M-dim 16) and the
+// few activation rows its N-dim (8 per tile), so M = 1..64 wastes at most 7 rows per tile.
+//
+// K mapping. K is cut into windows of 128. In a window, the thread with threadID_in_group t
+// (lane % 4) owns k = 32t .. 32t+31 for its two weight rows (groupID and groupID + 8): 16 bytes of
+// codes per row, one 16-byte load in the plain layout. mma step s (0..7) of the window gives the
+// mma k-slots of thread t {2t, 2t+1, 2t+8, 2t+9} the columns 32t + 4s + {0, 1, 2, 3}. The
+// activation fragment uses the same map, so a thread reads 4 consecutive activations per step.
+// Each step's 4 columns lie in one 16-column scale block (block 2t for steps 0..3, 2t+1 for 4..7).
+//
+// Exact arithmetic (docs/KERNELS-decode.md). A code's 3 magnitude bits placed at BF16 bits 8..6
+// (FP16 bits 11..9) with its sign at bit 15 read as e2m1 * 2^-126 (FP16: e2m1 * 2^-14), E2M1's
+// subnormal 0.5 landing on a BF16 (FP16) subnormal. One multiply by the block scale times 2^119
+// (FP16: 2^7), exact in BF16 (FP16), gives e2m1 * scale * 2^-7, exact and normal in BF16 (in FP16
+// it may be subnormal, still exact). The 2^7 per dequantized operand goes into alpha.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fp4gap/backend.hpp"
+#include "fp4gap/detail/host_device.hpp"
+#include "fp4gap/format.hpp"
+#include "fp4gap/numeric.hpp"
+#include "fp4gap/problem.hpp"
+#include "fp4gap/quantize.hpp"
+#include "fp4gap/status.hpp"
+
+namespace fp4gap::decode {
+
+inline constexpr int kMaxM = 64;                 // the decode kernels serve M <= 64
+inline constexpr int kTileRows = 16;             // weight rows per mma tile
+inline constexpr int kWindowK = 128;             // k columns per window (4 threads x 32)
+inline constexpr int kWindowCodeBytes = kTileRows * kWindowK / 2;           // 1024
+inline constexpr int kWindowScaleBytes = kTileRows * kWindowK / kBlockSize;  // 128
+// Each dequantized operand carries this power of two (e2m1 * scale * 2^-7); the epilogue
+// multiplies by alpha * 2^(7 * dequantized operands).
+inline constexpr int kOperandExponent = -7;
+
+// W4A16: bf16 activations, weights dequantized to BF16. W4A4: NVFP4 activations and weights,
+// both dequantized to FP16 (cheaper than BF16 and just as exact for NVFP4 values).
+enum class Math { w4a16, w4a4 };
+enum class WeightLayout { plain, shuffled };
+
+constexpr std::string_view to_string(Math m) { return m == Math::w4a16 ? "w4a16" : "w4a4"; }
+constexpr std::string_view to_string(WeightLayout l) { return l == WeightLayout::plain ? "plain" : "shuffled"; }
+
+// alpha as the kernel applies it: alpha times 2^7 per dequantized-and-scaled operand.
+constexpr double kernel_alpha_factor(Math m) { return m == Math::w4a16 ? 128.0 : 16384.0; }
+
+// ---- Bit arithmetic shared verbatim by the kernels and the host tests ----
+
+// byte_perm(a, b, s): byte i of the result is byte (s >> 4i) & 7 of the 8-byte value b:a. PRMT.
+FP4GAP_HD std::uint32_t byte_perm(std::uint32_t a, std::uint32_t b, std::uint32_t s) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(a, b, s);
+#else
+  const std::uint64_t pool = (static_cast<std::uint64_t>(b) << 32) | a;
+  std::uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) {
+    const std::uint32_t sel = (s >> (4 * i)) & 7u;
+    r |= static_cast<std::uint32_t>((pool >> (8 * sel)) & 0xFFu) << (8 * i);
+  }
+  return r;
+#endif
+}
+
+FP4GAP_HD constexpr std::uint32_t shift_left(std::uint32_t x, int s) { return s >= 0 ? x << s : x >> -s; }
+
+// Where a dequantized value's bits go in a 32-bit mma operand register (value 0 in the low half).
+struct OperandBits {
+  std::uint32_t magnitude_mask;  // the 3 magnitude bits of both halves
+  std::uint32_t sign_mask;       // bits 15 and 31
+  int magnitude_lsb;             // lowest magnitude bit of the low half
+};
+FP4GAP_HD constexpr OperandBits operand_bits(Math m) {
+  return m == Math::w4a16 ? OperandBits{0x01C001C0u, 0x80008000u, 6} : OperandBits{0x0E000E00u, 0x80008000u, 9};
+}
+
+// Shuffled layout, one 32-bit word per (lane, mma step): it holds the 8 codes of the lane's 4 A
+// fragment registers of that step. Register j's magnitudes are stored at their target positions
+// shifted right by `magnitude`, its signs shifted right by `sign` (negative: left), chosen so that
+// the 4 registers tile the 32 bits and cost 11 integer operations in all (one register needs only
+// a mask; the search is in docs/KERNELS-decode.md).
+struct FieldShift {
+  int magnitude;
+  int sign;
+};
+FP4GAP_HD constexpr FieldShift field_shift(Math m, int reg) {
+  constexpr FieldShift bf16[4] = {{-6, 4}, {0, 0}, {3, 5}, {6, 6}};
+  constexpr FieldShift f16[4] = {{-3, 7}, {0, 0}, {5, 15}, {8, 8}};
+  return m == Math::w4a16 ? bf16[reg] : f16[reg];
+}
+
+// The 4 A-fragment registers of one step from a shuffled word, before the scale multiply:
+// e2m1 * 2^-126 in BF16 (w4a16) or e2m1 * 2^-14 in FP16 (w4a4). Register j of the mma fragment:
+// j = 0: (row g, k0, k0+1), 1: (row g+8, k0, k0+1), 2: (row g, k0+2, k0+3), 3: (row g+8, k0+2, k0+3).
+template <Math M>
+FP4GAP_HD void unpack_shuffled_word(std::uint32_t w, std::uint32_t out[4]) {
+  constexpr OperandBits bits = operand_bits(M);
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int j = 0; j < 4; ++j) {
+    const FieldShift f = field_shift(M, j);
+    out[j] = (shift_left(w, f.magnitude) & bits.magnitude_mask) | (shift_left(w, f.sign) & bits.sign_mask);
+  }
+}
+
+// Plain (SPEC) packed byte `p` of `w` (codes of two consecutive columns, even column in the low
+// nibble) as one operand register: low nibble in the low half.
+template <Math M>
+FP4GAP_HD std::uint32_t unpack_plain_byte(std::uint32_t w, int p) {
+  const std::uint32_t z = byte_perm(w, 0u, 0x4440u | static_cast<std::uint32_t>(p));
+  const std::uint32_t y = (z * 0x1001u) & 0x000F000Fu;  // low nibble at bits 0..3, high at 16..19
+  if constexpr (M == Math::w4a16) {
+    // y * 0x1040 = (y << 6) + (y << 12), disjoint: magnitudes land on bits 6..8, signs on 15.
+    return (y * 0x1040u) & 0x81C081C0u;
+  } else {
+    return ((y << 9) & 0x0E000E00u) | ((y << 12) & 0x80008000u);
+  }
+}
+
+// Shuffled scale bytes. Each holds the scale multiplier (scale * 2^119 in BF16, scale * 2^7 in
+// FP16) without the bits that are constant: BF16 bits = 0x7000 | byte << 4 (biased exponents
+// 224..255 cover 2^-9 * 2^119 .. 448 * 2^119), FP16 bits = byte << 7. Zero scales encode as 0;
+// for BF16 that is not zero, so the shuffle writes zero codes for zero-scale blocks.
+// scale_pair(word, b): the multiplier of scale byte b of `word` in both halves of a register.
+template <Math M>
+FP4GAP_HD std::uint32_t scale_pair(std::uint32_t word, int b) {
+  const std::uint32_t x = byte_perm(word, 0u, 0x4040u | static_cast<std::uint32_t>(b) | (static_cast<std::uint32_t>(b) << 8));
+  if constexpr (M == Math::w4a16) {
+    return x * 16u + 0x70007000u;  // no carries: byte << 4 <= 0xFF0 sits below bit 12
+  } else {
+    return x << 7;
+  }
+}
+
+// The same multiplier from an E4M3 byte (plain layout): exact, NaN kept, negative scales kept.
+// Needs float subnormals (nvcc's default -ftz=false): e4m3_to_float is exact everywhere.
+template <Math M>
+FP4GAP_HD std::uint32_t scale_pair_from_e4m3(std::uint32_t byte) {
+  const float f = e4m3_to_float(static_cast<std::uint8_t>(byte)) * (M == Math::w4a16 ? 0x1p119f : 0x1p7f);
+#if defined(__CUDA_ARCH__)
+  std::uint32_t r;
+  if constexpr (M == Math::w4a16) {
+    asm("cvt.rn.bf16x2.f32 %0, %1, %1;" : "=r"(r) : "f"(f));
+  } else {
+    asm("cvt.rn.f16x2.f32 %0, %1, %1;" : "=r"(r) : "f"(f));
+  }
+  return r;
+#else
+  const std::uint32_t h = M == Math::w4a16 ? float_to_bf16(f) : float_to_fp16(f);
+  return h | (h << 16);
+#endif
+}
+
+// Lane-wise product of two registers of the math's 16-bit type, rounded to nearest even. Used
+// only on exact products (and it must keep subnormals: no flush to zero).
+template <Math M>
+FP4GAP_HD std::uint32_t multiply_pair(std::uint32_t a, std::uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  std::uint32_t d;
+  if constexpr (M == Math::w4a16) {
+#if __CUDA_ARCH__ >= 900
+    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+#else
+    // sm_80 has no bf16x2 multiply; -0 as the addend keeps the sign of a zero product.
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+#endif
+  } else {
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  }
+  return d;
+#else
+  auto to_f = [](std::uint32_t h) {
+    return M == Math::w4a16 ? bf16_to_float(static_cast<std::uint16_t>(h)) : fp16_to_float(static_cast<std::uint16_t>(h));
+  };
+  auto from_f = [](float f) -> std::uint32_t { return M == Math::w4a16 ? float_to_bf16(f) : float_to_fp16(f); };
+  const std::uint32_t lo = from_f(to_f(a & 0xFFFFu) * to_f(b & 0xFFFFu));
+  const std::uint32_t hi = from_f(to_f(a >> 16) * to_f(b >> 16));
+  return lo | (hi << 16);
+#endif
+}
+
+// ---- Pre-shuffled weight layout ----
+//
+// Tiles of 16 rows (rows >= N zero), windows of 128 columns (columns >= K zero).
+//   codes:  tile nt, window i at byte (nt * k_windows + i) * 1024: two 512-byte halves h = 0, 1;
+//           lane L's 16 bytes of half h at h * 512 + L * 16 hold its words for steps 4h .. 4h+3
+//           (field_shift layout), so each half is one fully coalesced 16-byte load per lane.
+//   scales: tile nt, window i at byte (nt * k_windows + i) * 128; lane L's 4 bytes at L * 4:
+//           scales of (row g, block 2t), (row g+8, block 2t), (row g, block 2t+1), (row g+8, 2t+1)
+//           of the window, encoded as in scale_pair.
+// A zero scale makes its block's codes zero; a negative scale's sign moves into the codes (exact).
+struct ShuffledWeight {
+  Math math = Math::w4a16;
+  std::int64_t n = 0, k = 0;
+  std::int64_t n_tiles = 0, k_windows = 0;
+  std::vector<std::uint8_t> codes;   // n_tiles * k_windows * 1024
+  std::vector<std::uint8_t> scales;  // n_tiles * k_windows * 128
+};
+
+// Accepts either scale layout. Throws InvalidArgument when cols % 32 != 0, the arrays are shorter
+// than the shape says, or a scale byte is the E4M3 NaN (0x7F / 0xFF), naming its row and block.
+ShuffledWeight shuffle_weight_for_decode(const Nvfp4Matrix& w, Math math);
+
+// Shuffled-layout positions, for the kernels and tests.
+FP4GAP_HD constexpr std::int64_t shuffled_window_index(std::int64_t nt, std::int64_t window, std::int64_t k_windows) {
+  return nt * k_windows + window;
+}
+// Bit position, in the lane's word of one step, of a value's magnitude bit `bit` (0..2) or sign
+// (bit == 3), for register `reg` (0..3) and half `half` (0: the lower column).
+FP4GAP_HD constexpr int shuffled_bit_position(Math m, int reg, int half, int bit) {
+  const OperandBits b = operand_bits(m);
+  const FieldShift f = field_shift(m, reg);
+  return bit == 3 ? 15 + 16 * half - f.sign : b.magnitude_lsb + bit + 16 * half - f.magnitude;
+}
+
+// ---- Tile configurations ----
+
+// One compiled kernel instantiation (per Math and WeightLayout): the list is closed
+// (tile_configs()), each entry a template instantiation in src/cuda/decode/decode_gemm.cu.
+struct TileConfig {
+  int mt = 1;                 // 16-row weight tiles per warp
+  int nt = 1;                 // 8-row activation tiles per block: serves M <= 8 * nt
+  int warps = 4;              // warps per block, each on its own weight rows, sharing the activations
+  int windows_per_chunk = 2;  // 128-column windows per pipeline chunk
+  int min_blocks_per_sm = 4;  // __launch_bounds__ minimum: caps registers at 64K / (threads * this)
+
+  int rows_per_block() const { return warps * mt * kTileRows; }
+  int max_m() const { return nt * 8; }
+  int threads() const { return warps * 32; }
+  int chunk_k() const { return windows_per_chunk * kWindowK; }
+  // Bytes of one activation row in shared memory: 80 bytes per 32 columns (64 + 16 padding) so
+  // that the 4 threads of a quad hit different banks, rounded to 64 mod 128 so that consecutive
+  // rows do too (docs/KERNELS-decode.md).
+  std::int64_t activation_row_bytes() const;
+  // Dynamic shared memory: two activation stages (w4a16, cp.async ring) or one FP16 activation
+  // buffer (w4a4, filled from registers), and the split-K flag.
+  std::int64_t smem_bytes(Math math) const;
+  // e.g. "sm80+ mma.sync w4a16 bf16 x nvfp4(shuffled) tile n64 m8 k256, 4 warps x 1 m16, 2 stages"
+  std::string name(Math math, WeightLayout layout) const;
+};
+
+const std::vector<TileConfig>& tile_configs();
+
+// ok, or not_supported naming the bytes needed and available (or the compute capability).
+Status check_tile_config(const TileConfig& c, Math math, const DeviceContext& device);
+
+// ---- Problem rules, plans and the split-K policy (plain C++, host-tested) ----
+
+// ok, or invalid_problem naming the rule and the shape: M in [1, 64], N >= 1, K >= 32 with
+// K % 32 == 0, and for w4a4 N % 32 == 0 (the cutlass_scaled_fp4_mm contract).
+Status check_shape(std::int64_t m, std::int64_t n, std::int64_t k, Math math);
+
+struct Plan {
+  Math math = Math::w4a16;
+  WeightLayout layout = WeightLayout::shuffled;
+  std::int64_t m = 0, n = 0, k = 0;
+  int config_index = 0;  // into tile_configs()
+  TileConfig config;
+  int split_k = 1;
+  std::int64_t row_blocks = 0;  // ceil(N / rows_per_block)
+  std::int64_t k_windows = 0;   // ceil(K / 128)
+  std::int64_t k_chunks = 0;    // ceil(k_windows / windows_per_chunk)
+
+  std::int64_t blocks() const { return row_blocks * split_k; }
+  // fp32 partials of every split plus one arrival counter per row block; 0 when split_k == 1.
+  std::int64_t workspace_bytes() const;
+  std::int64_t workspace_partial_floats() const;
+  std::string describe() const;  // config name plus ", split-k S (C chunks of 128*G per split)"
+};
+
+// Chunks [begin, end) of split s: every split gets at most one chunk more than another and none
+// is empty while k_chunks >= split_k.
+struct ChunkRange {
+  std::int64_t begin, end;
+};
+FP4GAP_HD constexpr ChunkRange split_chunk_range(std::int64_t k_chunks, int split_k, int s) {
+  const std::int64_t base = k_chunks / split_k, extra = k_chunks % split_k;
+  const std::int64_t begin = s * base + (s < extra ? s : extra);
+  return {begin, begin + base + (s < extra ? 1 : 0)};
+}
+
+// A plan for an explicit configuration and split; throws InvalidArgument on a bad shape, a
+// config_index outside the list, M above the config's max_m, or split_k outside [1, k_chunks].
+Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, Math math, WeightLayout layout, int config_index,
+               int split_k);
+
+// The policy: the smallest activation tile holding M, then the split-K factor minimising a cost
+// model (the most loaded SM's weight bytes at the bandwidth its resident warps can draw, plus the
+// partial-sum traffic of the reduction). Throws InvalidArgument on a bad shape or when no
+// configuration fits the device (the message names the bytes).
+Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, Math math, WeightLayout layout,
+                 const DeviceContext& device);
+// The model's estimate for a plan, in microseconds on a device like the H200 (for tests/tuning).
+double estimate_plan_us(const Plan& plan, const DeviceContext& device);
+// Chunks the busiest SM streams when blocks go, in launch order, to the least loaded SM.
+double busiest_sm_chunks(const Plan& plan, int sm_count);
+
+// ---- Launch ----
+
+// Device pointers of one launch. Row-major throughout; pointers 16-byte aligned (scales: 2).
+struct GemmArgs {
+  const void* a = nullptr;                  // w4a16: bf16 [M, K]; w4a4: NVFP4 codes [M, K/2]
+  const std::uint8_t* a_scales = nullptr;   // w4a4: E4M3 scales of A in a_scale_layout
+  ScaleLayout a_scale_layout = ScaleLayout::swizzled_128x4;
+  const std::uint8_t* w_codes = nullptr;    // plain: [N, K/2]; shuffled: ShuffledWeight::codes
+  const std::uint8_t* w_scales = nullptr;   // plain: E4M3 in w_scale_layout; shuffled: ::scales
+  ScaleLayout w_scale_layout = ScaleLayout::swizzled_128x4;  // plain only
+  float alpha = 1.0f;                       // 1 / (gs_a * gs_b) as users pass it
+  void* d = nullptr;                        // [M, N] of out_type
+  OutputType out_type = OutputType::bf16;
+  void* workspace = nullptr;                // Plan::workspace_bytes(); counters zero before the
+  std::int64_t workspace_bytes = 0;         // first launch, left zero by every launch
+};
+
+// Throws InvalidArgument naming what is wrong: null or misaligned pointers, a too small workspace.
+void check_gemm_args(const Plan& plan, const GemmArgs& args);
+
+// CUDA library: checks, then enqueues the kernel on `stream` (a cudaStream_t). Graph-capturable.
+// Launches sharing a workspace must be stream-ordered (the split-K counters).
+void launch_gemm(const Plan& plan, const GemmArgs& args, void* stream);
+// CUDA library: raises the kernel's dynamic shared-memory limit where the plan needs it. Call once
+// per plan before capturing launch_gemm into a graph (launch_gemm calls it too).
+void prepare_launch(const Plan& plan);
+
+}  // namespace fp4gap::decode

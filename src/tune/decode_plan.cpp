@@ -1,0 +1,281 @@
+// Tile configurations of the decode kernels, their feasibility, the split-K policy and the
+// launch-argument checks (include/fp4gap/decode.hpp).
+#include <algorithm>
+#include <cstdint>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <queue>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "fp4gap/decode.hpp"
+
+namespace fp4gap::decode {
+
+std::int64_t TileConfig::activation_row_bytes() const {
+  std::int64_t bytes = static_cast<std::int64_t>(windows_per_chunk) * 4 * 80;
+  while (bytes % 128 != 64) bytes += 16;
+  return bytes;
+}
+
+std::int64_t TileConfig::smem_bytes(Math math) const {
+  const std::int64_t buffer = static_cast<std::int64_t>(max_m()) * activation_row_bytes();
+  const std::int64_t buffers = math == Math::w4a16 ? 2 : 1;
+  return buffers * buffer + 16;  // + the split-K "last block" flag
+}
+
+std::string TileConfig::name(Math math, WeightLayout layout) const {
+  std::ostringstream os;
+  os << "sm80+ mma.sync " << to_string(math) << " "
+     << (math == Math::w4a16 ? "bf16 x nvfp4(" : "nvfp4 x nvfp4(") << to_string(layout) << ") -> "
+     << (math == Math::w4a16 ? "bf16 mma" : "fp16 mma") << " tile n" << rows_per_block() << " m" << max_m()
+     << " k" << chunk_k() << ", " << warps << " warps x " << mt << " m16, "
+     << (math == Math::w4a16 ? "2 stages" : "1 stage + register prefetch");
+  return os.str();
+}
+
+const std::vector<TileConfig>& tile_configs() {
+  // Must match the instantiations in src/cuda/decode/decode_gemm.cu (same order). Per activation
+  // tile, a narrow (more blocks, finer balance) and a wide variant (fewer activation reads).
+  static const std::vector<TileConfig> configs = {
+      {1, 1, 4, 2, 4},  // M <= 8:  64 weight rows per block, 16 warps per SM
+      {1, 2, 4, 2, 4},  // M <= 16: 64 rows
+      {1, 2, 8, 2, 2},  // M <= 16: 128 rows, activations shared by 8 warps
+      {1, 4, 4, 2, 3},  // M <= 32: 64 rows, small split-K tiles
+      {2, 4, 4, 1, 3},  // M <= 32: 2 m16 tiles per warp halve the shared-memory activation reads
+      {2, 8, 4, 1, 2},  // M <= 64: 128 rows
+      {2, 8, 8, 1, 1},  // M <= 64: 256 rows keep activation L2 reads below the weight bytes
+  };
+  return configs;
+}
+
+Status check_tile_config(const TileConfig& c, Math math, const DeviceContext& device) {
+  if (device.cc_major < 8) {
+    std::ostringstream os;
+    os << c.name(math, WeightLayout::shuffled) << " needs mma.sync m16n8k16 (sm_80+); " << device.name
+       << " is sm_" << device.cc_major << device.cc_minor;
+    return Status::not_supported(os.str());
+  }
+  const std::int64_t need = c.smem_bytes(math);
+  if (need > device.smem_per_block_optin) {
+    std::ostringstream os;
+    os << c.name(math, WeightLayout::shuffled) << " needs " << need << " bytes of shared memory per block; "
+       << device.name << " allows " << device.smem_per_block_optin;
+    return Status::not_supported(os.str());
+  }
+  return Status::ok();
+}
+
+Status check_shape(std::int64_t m, std::int64_t n, std::int64_t k, Math math) {
+  std::ostringstream os;
+  const std::string shape =
+      "M = " + std::to_string(m) + ", N = " + std::to_string(n) + ", K = " + std::to_string(k);
+  if (m < 1 || n < 1 || k < 1) {
+    os << "M, N, K >= 1 required: " << shape;
+    return Status::invalid_problem(os.str());
+  }
+  if (m > kMaxM) {
+    os << "M > " << kMaxM << ": " << shape << " (decode kernel serves M <= " << kMaxM << ")";
+    return Status::invalid_problem(os.str());
+  }
+  if (k % 32 != 0) {
+    os << "K % 32 != 0: " << shape << " (NVFP4 operands need K % 32 == 0, cutlass_scaled_fp4_mm contract)";
+    return Status::invalid_problem(os.str());
+  }
+  if (math == Math::w4a4 && n % 32 != 0) {
+    os << "N % 32 != 0: " << shape << " (W4A4 needs N % 32 == 0, cutlass_scaled_fp4_mm contract)";
+    return Status::invalid_problem(os.str());
+  }
+  return Status::ok();
+}
+
+std::int64_t Plan::workspace_partial_floats() const {
+  if (split_k <= 1) return 0;
+  // Each warp stores its mt * nt * 4 accumulators per lane.
+  return static_cast<std::int64_t>(split_k) * row_blocks * config.warps * config.mt * config.nt * 4 * 32;
+}
+
+std::int64_t Plan::workspace_bytes() const {
+  if (split_k <= 1) return 0;
+  return workspace_partial_floats() * 4 + round_up(row_blocks * 4, 256);
+}
+
+std::string Plan::describe() const {
+  std::ostringstream os;
+  const ChunkRange first = split_chunk_range(k_chunks, split_k, 0);
+  const std::int64_t most = first.end - first.begin;
+  os << config.name(math, layout) << ", split-k " << split_k << " (";
+  if (k_chunks % split_k != 0) os << most - 1 << "-";
+  os << most << " chunks of " << config.chunk_k() << " per split, " << blocks() << " blocks)";
+  return os.str();
+}
+
+Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, Math math, WeightLayout layout, int config_index,
+               int split_k) {
+  const Status shape = check_shape(m, n, k, math);
+  if (!shape.is_ok()) throw InvalidArgument(shape.reason);
+  const auto& configs = tile_configs();
+  if (config_index < 0 || config_index >= static_cast<int>(configs.size())) {
+    std::ostringstream os;
+    os << "decode config_index outside [0, " << configs.size() - 1 << "]: config_index = " << config_index;
+    throw InvalidArgument(os.str());
+  }
+  Plan p;
+  p.math = math;
+  p.layout = layout;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.config_index = config_index;
+  p.config = configs[static_cast<std::size_t>(config_index)];
+  if (m > p.config.max_m()) {
+    std::ostringstream os;
+    os << "M > " << p.config.max_m() << " for " << p.config.name(math, layout) << ": M = " << m;
+    throw InvalidArgument(os.str());
+  }
+  p.row_blocks = ceil_div(n, p.config.rows_per_block());
+  p.k_windows = ceil_div(k, kWindowK);
+  p.k_chunks = ceil_div(p.k_windows, p.config.windows_per_chunk);
+  if (split_k < 1 || split_k > p.k_chunks) {
+    std::ostringstream os;
+    os << "split_k outside [1, " << p.k_chunks << "] (chunks of " << p.config.chunk_k() << " in K = " << k
+       << "): split_k = " << split_k;
+    throw InvalidArgument(os.str());
+  }
+  p.split_k = split_k;
+  return p;
+}
+
+namespace {
+
+// Cost model constants: an H200-like device. Relative values decide; docs/KERNELS-decode.md says
+// where each comes from and that they are to be refit against measurements.
+constexpr double kMemoryBytesPerUs = 4.27e6;   // HBM copy bandwidth
+constexpr double kL2BytesPerUs = 8.0e6;        // L2 <-> SMs, all SMs together
+constexpr double kL2BytesPerUsOneSm = 1.5e5;   // what one SM pulls from L2 (the last block's reads)
+constexpr double kMmaFlopsPerUs = 5.0e8;       // mma.sync BF16/FP16 with dequantization, all SMs
+constexpr double kWarpsForFullBandwidth = 8.0; // resident warps an SM needs to draw its share
+constexpr double kReductionUs = 0.8;           // fence, counter round trip, last block's latency
+constexpr double kWeightBytesPerValue = 0.5 + 1.0 / kBlockSize;
+
+}  // namespace
+
+double busiest_sm_chunks(const Plan& p, int sm_count) {
+  const int sms = std::max(1, sm_count);
+  // Blocks start in launch order (all row blocks of split 0, then split 1, ...; the larger splits
+  // first) on the SM that has the least work so far: the hardware's greedy dispatch.
+  std::priority_queue<double, std::vector<double>, std::greater<>> load;
+  for (int i = 0; i < sms; ++i) load.push(0.0);
+  for (int s = 0; s < p.split_k; ++s) {
+    const ChunkRange r = split_chunk_range(p.k_chunks, p.split_k, s);
+    for (std::int64_t b = 0; b < p.row_blocks; ++b) {
+      const double least = load.top();
+      load.pop();
+      load.push(least + static_cast<double>(r.end - r.begin));
+    }
+  }
+  double busiest = 0.0;
+  while (!load.empty()) {
+    busiest = std::max(busiest, load.top());
+    load.pop();
+  }
+  return busiest;
+}
+
+double estimate_plan_us(const Plan& p, const DeviceContext& device) {
+  const double sms = device.sm_count > 0 ? device.sm_count : 1;
+  const TileConfig& c = p.config;
+  // Per chunk of one block: weight bytes from HBM; activations (re-read by every block) and the
+  // fp32 partials (written, read back) from L2: the workspace is rewritten by the next launch
+  // before the weight stream evicts it.
+  const double rows = c.rows_per_block(), m_pad = c.max_m();
+  const double chunk_cols = std::min<double>(c.chunk_k(), static_cast<double>(round_up(p.k, kWindowK)));
+  const double chunk_hbm_bytes = rows * chunk_cols * kWeightBytesPerValue;
+  const double chunk_l2_bytes = m_pad * chunk_cols * 2;
+  const double chunk_flops = 2.0 * rows * chunk_cols * m_pad;
+  const double partial_bytes = p.split_k > 1 ? rows * m_pad * 4 : 0.0;
+
+  const double chunks = busiest_sm_chunks(p, static_cast<int>(sms));
+  const double blocks_per_sm = static_cast<double>(p.blocks()) / sms;
+  const double resident = std::min<double>(c.min_blocks_per_sm, std::ceil(blocks_per_sm));
+  const double efficiency = std::min(1.0, resident * c.warps / kWarpsForFullBandwidth);
+  const double memory_us = chunks * chunk_hbm_bytes / (kMemoryBytesPerUs / sms) / efficiency;
+  const double l2_us = (chunks * chunk_l2_bytes + 2 * std::ceil(blocks_per_sm) * partial_bytes) / (kL2BytesPerUs / sms);
+  const double mma_us = chunks * chunk_flops / (kMmaFlopsPerUs / sms);
+  double us = std::max({memory_us, l2_us, mma_us});
+  // The tail: the last block of each row block reads every split's partial tile alone.
+  if (p.split_k > 1) us += kReductionUs + p.split_k * partial_bytes / kL2BytesPerUsOneSm;
+  return us;
+}
+
+Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, Math math, WeightLayout layout,
+                 const DeviceContext& device) {
+  const Status shape = check_shape(m, n, k, math);
+  if (!shape.is_ok()) throw InvalidArgument(shape.reason);
+  const auto& configs = tile_configs();
+  // Only the smallest activation tile that holds M: larger ones only multiply idle mma columns.
+  int tile_m = 0;
+  for (const TileConfig& c : configs) {
+    if (c.max_m() >= m && (tile_m == 0 || c.max_m() < tile_m)) tile_m = c.max_m();
+  }
+  bool found = false;
+  Plan best;
+  double best_us = std::numeric_limits<double>::infinity();
+  std::string infeasible;
+  for (int i = 0; i < static_cast<int>(configs.size()); ++i) {
+    const TileConfig& c = configs[static_cast<std::size_t>(i)];
+    if (c.max_m() != tile_m) continue;
+    const Status fits = check_tile_config(c, math, device);
+    if (!fits.is_ok()) {
+      infeasible = fits.reason;
+      continue;
+    }
+    const std::int64_t k_chunks = ceil_div(ceil_div(k, kWindowK), c.windows_per_chunk);
+    for (std::int64_t split = 1; split <= k_chunks; ++split) {
+      const Plan p = make_plan(m, n, k, math, layout, i, static_cast<int>(split));
+      const double us = estimate_plan_us(p, device);
+      // Strictly better only: ties keep the earlier config and the smaller split.
+      if (us < best_us * (1.0 - 1e-9)) {
+        best_us = us;
+        best = p;
+        found = true;
+      }
+    }
+  }
+  if (!found) throw InvalidArgument("no decode configuration fits: " + infeasible);
+  return best;
+}
+
+void check_gemm_args(const Plan& plan, const GemmArgs& args) {
+  std::ostringstream os;
+  const std::string shape = "[M = " + std::to_string(plan.m) + ", N = " + std::to_string(plan.n) +
+                            ", K = " + std::to_string(plan.k) + ", " + std::string(to_string(plan.math)) + " " +
+                            std::string(to_string(plan.layout)) + "]";
+  auto require = [&](const void* p, std::uintptr_t alignment, const char* what) {
+    if (p == nullptr) {
+      os << "decode: " << what << " is null " << shape;
+      throw InvalidArgument(os.str());
+    }
+    if (reinterpret_cast<std::uintptr_t>(p) % alignment != 0) {
+      os << "decode: " << what << " is not " << alignment << "-byte aligned: " << p << " " << shape;
+      throw InvalidArgument(os.str());
+    }
+  };
+  require(args.a, 16, plan.math == Math::w4a16 ? "A (bf16 activations)" : "A codes");
+  if (plan.math == Math::w4a4) require(args.a_scales, 2, "A scales");
+  require(args.w_codes, 16, "weight codes");
+  require(args.w_scales, plan.layout == WeightLayout::shuffled ? 4 : 2, "weight scales");
+  require(args.d, output_type_bytes(args.out_type) == 4 ? 4 : 2, "D (output)");
+  const Status s = check_shape(plan.m, plan.n, plan.k, plan.math);
+  if (!s.is_ok()) throw InvalidArgument(s.reason);
+  if (args.workspace_bytes < plan.workspace_bytes()) {
+    os << "decode: workspace of " << args.workspace_bytes << " bytes, split-k " << plan.split_k << " needs "
+       << plan.workspace_bytes() << " " << shape;
+    throw InvalidArgument(os.str());
+  }
+  if (plan.workspace_bytes() > 0) require(args.workspace, 256, "workspace");
+}
+
+}  // namespace fp4gap::decode

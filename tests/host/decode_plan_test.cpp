@@ -1,0 +1,219 @@
+// The decode kernels' host policy: tile configurations and their feasibility, shape rules, the
+// split-K choice, workspace sizes and launch-argument checks (include/fp4gap/decode.hpp).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fp4gap/decode.hpp"
+
+namespace fp4gap::decode {
+namespace {
+
+DeviceContext h200() {
+  DeviceContext d;
+  d.available = true;
+  d.name = "NVIDIA H200";
+  d.cc_major = 9;
+  d.cc_minor = 0;
+  d.sm_count = 132;
+  d.smem_per_block_optin = 232448;
+  return d;
+}
+
+void expect_contains(const std::string& text, const std::string& part) {
+  EXPECT_NE(text.find(part), std::string::npos) << "\"" << text << "\" lacks \"" << part << "\"";
+}
+
+TEST(DecodePlan, ConfigsCoverEveryMInIncreasingOrder) {
+  const auto& configs = tile_configs();
+  ASSERT_FALSE(configs.empty());
+  int previous = 0;
+  for (const TileConfig& c : configs) {
+    EXPECT_GE(c.max_m(), previous);
+    previous = c.max_m();
+    EXPECT_EQ(c.activation_row_bytes() % 128, 64) << c.name(Math::w4a16, WeightLayout::shuffled);
+    EXPECT_GE(c.activation_row_bytes(), c.windows_per_chunk * 4 * 80);
+    EXPECT_EQ(c.smem_bytes(Math::w4a16), 2 * c.max_m() * c.activation_row_bytes() + 16);
+    EXPECT_EQ(c.smem_bytes(Math::w4a4), c.max_m() * c.activation_row_bytes() + 16);
+    EXPECT_TRUE(check_tile_config(c, Math::w4a16, h200()).is_ok());
+    EXPECT_TRUE(check_tile_config(c, Math::w4a4, h200()).is_ok());
+  }
+  EXPECT_EQ(previous, kMaxM);
+}
+
+TEST(DecodePlan, ConfigNameSaysArchTypesTileAndStages) {
+  const TileConfig& c = tile_configs()[0];
+  const std::string name = c.name(Math::w4a16, WeightLayout::shuffled);
+  expect_contains(name, "sm80+ mma.sync w4a16 bf16 x nvfp4(shuffled)");
+  expect_contains(name, "tile n64 m8 k256");
+  expect_contains(name, "2 stages");
+  expect_contains(tile_configs()[6].name(Math::w4a4, WeightLayout::plain), "nvfp4 x nvfp4(plain) -> fp16 mma tile n256 m64 k128");
+  const Plan p = make_plan(1, 2048, 6144, Math::w4a16, WeightLayout::shuffled, 0, 8);
+  expect_contains(p.describe(), "split-k 8 (3 chunks of 256 per split, 256 blocks)");
+}
+
+TEST(DecodePlan, InfeasibleConfigsSayWhy) {
+  DeviceContext small = h200();
+  small.smem_per_block_optin = 1000;
+  const Status s = check_tile_config(tile_configs()[6], Math::w4a16, small);
+  EXPECT_EQ(s.code, StatusCode::not_supported);
+  expect_contains(s.reason, "needs " + std::to_string(tile_configs()[6].smem_bytes(Math::w4a16)) +
+                                " bytes of shared memory per block; NVIDIA H200 allows 1000");
+  EXPECT_THROW(choose_plan(64, 4096, 6144, Math::w4a16, WeightLayout::shuffled, small), InvalidArgument);
+  DeviceContext old = h200();
+  old.name = "Tesla V100";
+  old.cc_major = 7;
+  const Status v = check_tile_config(tile_configs()[0], Math::w4a4, old);
+  EXPECT_EQ(v.code, StatusCode::not_supported);
+  expect_contains(v.reason, "needs mma.sync m16n8k16 (sm_80+); Tesla V100 is sm_70");
+}
+
+TEST(DecodePlan, ShapeRulesNameTheShape) {
+  EXPECT_TRUE(check_shape(1, 17, 32, Math::w4a16).is_ok());
+  EXPECT_TRUE(check_shape(64, 32, 96, Math::w4a4).is_ok());
+  Status s = check_shape(65, 4096, 6144, Math::w4a16);
+  EXPECT_EQ(s.code, StatusCode::invalid_problem);
+  expect_contains(s.reason, "M > 64: M = 65, N = 4096, K = 6144 (decode kernel serves M <= 64)");
+  s = check_shape(4, 64, 48, Math::w4a16);
+  expect_contains(s.reason, "K % 32 != 0: M = 4, N = 64, K = 48");
+  s = check_shape(4, 48, 64, Math::w4a4);
+  expect_contains(s.reason, "N % 32 != 0: M = 4, N = 48, K = 64");
+  s = check_shape(0, 48, 64, Math::w4a16);
+  expect_contains(s.reason, "M, N, K >= 1 required: M = 0");
+}
+
+TEST(DecodePlan, MakePlanRejectsBadChoices) {
+  EXPECT_THROW(make_plan(9, 64, 256, Math::w4a16, WeightLayout::shuffled, 0, 1), InvalidArgument);  // M > 8
+  EXPECT_THROW(make_plan(1, 64, 256, Math::w4a16, WeightLayout::shuffled, static_cast<int>(tile_configs().size()), 1),
+               InvalidArgument);
+  EXPECT_THROW(make_plan(1, 64, 256, Math::w4a16, WeightLayout::shuffled, 0, 2), InvalidArgument);  // 1 chunk
+  try {
+    make_plan(1, 64, 6144, Math::w4a16, WeightLayout::shuffled, 0, 25);
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    expect_contains(e.what(), "split_k outside [1, 24] (chunks of 256 in K = 6144): split_k = 25");
+  }
+  const Plan p = make_plan(1, 100, 6176, Math::w4a16, WeightLayout::plain, 0, 25);
+  EXPECT_EQ(p.row_blocks, 2);
+  EXPECT_EQ(p.k_windows, 49);
+  EXPECT_EQ(p.k_chunks, 25);
+}
+
+TEST(DecodePlan, SplitRangesPartitionTheChunksEvenly) {
+  for (std::int64_t chunks : {1, 2, 7, 24, 48, 97}) {
+    for (int split = 1; split <= chunks; ++split) {
+      std::int64_t next = 0, smallest = chunks, largest = 0;
+      for (int s = 0; s < split; ++s) {
+        const ChunkRange r = split_chunk_range(chunks, split, s);
+        ASSERT_EQ(r.begin, next) << chunks << " chunks, split " << split << ", s " << s;
+        ASSERT_GT(r.end, r.begin) << chunks << " chunks, split " << split << ", s " << s;
+        smallest = std::min(smallest, r.end - r.begin);
+        largest = std::max(largest, r.end - r.begin);
+        next = r.end;
+      }
+      EXPECT_EQ(next, chunks);
+      EXPECT_LE(largest - smallest, 1);
+      EXPECT_EQ(largest, split_chunk_range(chunks, split, 0).end);
+    }
+  }
+}
+
+TEST(DecodePlan, WorkspaceHoldsEveryPartialAndTheCounters) {
+  const Plan one = make_plan(16, 2048, 6144, Math::w4a16, WeightLayout::shuffled, 2, 1);
+  EXPECT_EQ(one.workspace_bytes(), 0);
+  const Plan p = make_plan(16, 2048, 6144, Math::w4a16, WeightLayout::shuffled, 2, 6);
+  // 6 splits x 16 row blocks x 8 warps x (1 x 2 x 4 accumulators) x 32 lanes.
+  EXPECT_EQ(p.workspace_partial_floats(), 6 * 16 * 8 * 8 * 32);
+  EXPECT_EQ(p.workspace_bytes(), 6 * 16 * 8 * 8 * 32 * 4 + 256);
+}
+
+// The policy on the shapes: the smallest tile holding M, the weight spread over the SMs
+// (for M <= 16 the busiest SM streams at most 1/0.85 of its fair share), the model's time near
+// the weight floor where memory-bound (M <= 16; above, the mma work rather than the bytes bounds it).
+TEST(DecodePlan, ChoosesTilesAndSplitsThatFillTheMachine) {
+  struct NK {
+    std::int64_t n, k;
+  };
+  const DeviceContext dev = h200();
+  for (const NK nk : {NK{2048, 6144}, NK{4096, 6144}, NK{6144, 2048}, NK{8192, 8192}}) {
+    for (std::int64_t m : {1, 3, 8, 9, 16, 17, 32, 33, 64}) {
+      for (Math math : {Math::w4a16, Math::w4a4}) {
+        const Plan p = choose_plan(m, nk.n, nk.k, math, WeightLayout::shuffled, dev);
+        const double us = estimate_plan_us(p, dev);
+        const std::string what = "m" + std::to_string(m) + " n" + std::to_string(nk.n) + " k" + std::to_string(nk.k) +
+                                 ": " + p.describe() + ", model " + std::to_string(us) + " us";
+        EXPECT_GE(p.config.max_m(), m) << what;
+        for (const TileConfig& c : tile_configs()) {
+          if (c.max_m() >= m) {
+            EXPECT_LE(p.config.max_m(), c.max_m()) << what;
+          }
+        }
+        const double busiest = busiest_sm_chunks(p, dev.sm_count);
+        const double fair = static_cast<double>(p.row_blocks * p.k_chunks) / dev.sm_count;
+        // Decode proper (M <= 16) is memory-bound: every SM must stream its share. Above, the
+        // split-K tail (the last block reads every partial tile) costs more than some imbalance.
+        EXPECT_GE(fair / busiest, m <= 16 ? 0.85 : 0.7) << what << ", balance " << fair / busiest;
+        const double floor_us = static_cast<double>(nk.n) * static_cast<double>(nk.k) * 0.5625 / 4.27e6;
+        if (m <= 16) {
+          EXPECT_LT(us, 1.25 * floor_us + 1.0) << what;
+        }
+      }
+    }
+  }
+}
+
+TEST(DecodePlan, HugeNNeedsNoSplit) {
+  const Plan p = choose_plan(4, 131072, 1024, Math::w4a16, WeightLayout::shuffled, h200());
+  EXPECT_EQ(p.split_k, 1) << p.describe();
+}
+
+TEST(DecodePlan, ChoiceIsDeterministicAndModelMonotoneInBytes) {
+  const DeviceContext dev = h200();
+  const Plan a = choose_plan(7, 4096, 6144, Math::w4a4, WeightLayout::shuffled, dev);
+  const Plan b = choose_plan(7, 4096, 6144, Math::w4a4, WeightLayout::shuffled, dev);
+  EXPECT_EQ(a.describe(), b.describe());
+  const Plan small = make_plan(7, 2048, 6144, Math::w4a4, WeightLayout::shuffled, 0, 8);
+  const Plan large = make_plan(7, 4096, 6144, Math::w4a4, WeightLayout::shuffled, 0, 8);
+  EXPECT_LT(estimate_plan_us(small, dev), estimate_plan_us(large, dev));
+}
+
+TEST(DecodePlan, LaunchArgumentChecksNameTheProblem) {
+  const Plan p = make_plan(4, 64, 256, Math::w4a4, WeightLayout::shuffled, 0, 1);
+  const Plan split = make_plan(4, 64, 512, Math::w4a4, WeightLayout::shuffled, 0, 2);
+  alignas(256) static std::uint8_t buf[4096];
+  GemmArgs args;
+  args.a = buf;
+  args.a_scales = buf;
+  args.w_codes = buf;
+  args.w_scales = buf;
+  args.d = buf;
+  EXPECT_NO_THROW(check_gemm_args(p, args));
+  auto message = [](const Plan& plan, const GemmArgs& a) -> std::string {
+    try {
+      check_gemm_args(plan, a);
+    } catch (const InvalidArgument& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  GemmArgs bad = args;
+  bad.a_scales = nullptr;
+  expect_contains(message(p, bad), "decode: A scales is null [M = 4, N = 64, K = 256, w4a4 shuffled]");
+  bad = args;
+  bad.w_codes = buf + 8;
+  expect_contains(message(p, bad), "weight codes is not 16-byte aligned");
+  bad = args;
+  bad.d = buf + 1;
+  expect_contains(message(p, bad), "D (output) is not 2-byte aligned");
+  expect_contains(message(split, args), "decode: workspace of 0 bytes, split-k 2 needs " +
+                                            std::to_string(split.workspace_bytes()));
+  GemmArgs ok_split = args;
+  ok_split.workspace = buf;
+  ok_split.workspace_bytes = split.workspace_bytes();
+  EXPECT_NO_THROW(check_gemm_args(split, ok_split));
+}
+
+}  // namespace
+}  // namespace fp4gap::decode

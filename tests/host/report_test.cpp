@@ -1,0 +1,267 @@
+// The GemmRow writers: text table, CSV with its documented stable header, JSON parsed back.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "fp4gap/report.hpp"
+
+namespace fp4gap {
+namespace {
+
+GemmRow passed_row() {
+  GemmRow r;
+  r.backend = "cublas-bf16";
+  r.shape_name = "glm5.W13";
+  r.problem = "m16 n4096 k6144 nvfp4 x nvfp4 -> bf16";
+  r.m = 16;
+  r.n = 4096;
+  r.k = 6144;
+  r.a_format = "nvfp4";
+  r.b_format = "nvfp4";
+  r.out_type = "bf16";
+  r.status = RowStatus::passed;
+  r.config = "algo 6, tile 128x64";
+  r.reference = "cpu";
+  r.mode = "graph";
+  r.median_us = 11.8;
+  r.p20_us = 11.5;
+  r.p80_us = 12.25;
+  r.samples = 20;
+  r.event_median_us = 17.0;
+  r.floor_us = 0.97;
+  r.tflops = 68.2;
+  r.gbps = 4012.0;
+  r.pct_of_roof = 93.5;
+  r.bound = "memory";
+  r.bound_reason = "moves 50.5 MB: 11.8 us at 4.27 TB/s";
+  r.speedup_vs_cublas_bf16 = 1.0;
+  r.max_abs_error = 0.001;
+  r.max_rel_error = 0.0039;
+  r.repro = "fp4gap gemm --m 16 --n 4096 --k 6144 --backends cublas-bf16";
+  return r;
+}
+
+GemmRow broken_row() {
+  GemmRow r = passed_row();
+  r.backend = "own-kernel";
+  r.status = RowStatus::incorrect;
+  r.reason = "element [3, 17]: got 1.5, expected 2, tolerance 0.01, \"quoted\"";
+  r.mode.clear();
+  r.median_us.reset();
+  r.p20_us.reset();
+  r.p80_us.reset();
+  r.samples = 0;
+  r.event_median_us.reset();
+  r.floor_us.reset();
+  r.tflops.reset();
+  r.gbps.reset();
+  r.pct_of_roof.reset();
+  r.bound.clear();
+  r.bound_reason.clear();
+  r.speedup_vs_cublas_bf16.reset();
+  r.repro = "fp4gap gemm --backends own-kernel";
+  return r;
+}
+
+// RFC 4180 fields of one line (no embedded newlines in these tests).
+std::vector<std::string> parse_csv_line(const std::string& line) {
+  std::vector<std::string> out;
+  std::string cur;
+  bool quoted = false;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+        cur += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        cur += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+std::vector<std::string> lines_of(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+TEST(Report, CsvHeaderIsStable) {
+  // Documented in docs/CLI.md; changing it breaks users' scripts, so this test pins it.
+  EXPECT_EQ(csv_header(),
+            "index,backend,shape_name,problem,m,n,k,a_format,b_format,out_type,status,reason,config,reference,"
+            "mode,median_us,p20_us,p80_us,samples,event_median_us,event_p20_us,event_p80_us,floor_us,"
+            "event_floor_us,sm_clock_mhz,tflops,gbps,roof_us,pct_of_roof,pct_compute_roof,pct_memory_roof,"
+            "pct_of_problem_roof,bound,bound_reason,speedup_vs_cublas_bf16,max_abs_error,max_rel_error,warnings,"
+            "repro");
+}
+
+TEST(Report, CsvRowsQuoteAndLeaveMissingValuesEmpty) {
+  std::ostringstream out;
+  write_csv(out, {passed_row(), broken_row()});
+  const std::vector<std::string> lines = lines_of(out.str());
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0], csv_header());
+  const std::vector<std::string> header = parse_csv_line(lines[0]);
+  auto column = [&](const std::vector<std::string>& fields, const std::string& name) {
+    const auto it = std::find(header.begin(), header.end(), name);
+    EXPECT_NE(it, header.end()) << name;
+    return fields.at(static_cast<std::size_t>(it - header.begin()));
+  };
+  const std::vector<std::string> a = parse_csv_line(lines[1]);
+  const std::vector<std::string> b = parse_csv_line(lines[2]);
+  ASSERT_EQ(a.size(), header.size());
+  ASSERT_EQ(b.size(), header.size());
+  EXPECT_EQ(column(a, "index"), "1");
+  EXPECT_EQ(column(a, "backend"), "cublas-bf16");
+  EXPECT_EQ(column(a, "status"), "passed");
+  EXPECT_EQ(std::stod(column(a, "median_us")), 11.8);
+  EXPECT_EQ(std::stod(column(a, "p80_us")), 12.25);
+  EXPECT_EQ(column(a, "samples"), "20");
+  EXPECT_EQ(column(a, "config"), "algo 6, tile 128x64");  // quoted because of the comma
+  EXPECT_EQ(column(b, "index"), "2");
+  EXPECT_EQ(column(b, "status"), "incorrect");
+  EXPECT_EQ(column(b, "reason"), broken_row().reason);  // commas and quotes survive
+  EXPECT_EQ(column(b, "median_us"), "");
+  EXPECT_EQ(column(b, "speedup_vs_cublas_bf16"), "");
+}
+
+TEST(Report, JsonParsesBackWithNullsForMissingValues) {
+  RunContext ctx;
+  ctx.device.available = false;
+  ctx.device.unavailable_reason = "no CUDA device: cudaGetDeviceCount: no CUDA-capable device is detected";
+  Ceilings c;
+  c.memory_bytes_per_s = 4.27e12;
+  c.bf16_flops_per_s = 745e12;
+  c.source = "test";
+  ctx.ceilings = c;
+  ctx.notes = {"ceilings: test"};
+  const nlohmann::json j = nlohmann::json::parse(to_json(ctx, {passed_row(), broken_row()}));
+  EXPECT_EQ(j["tool"], "fp4gap");
+  EXPECT_EQ(j["device"]["available"], false);
+  EXPECT_EQ(j["device"]["unavailable_reason"], ctx.device.unavailable_reason);
+  EXPECT_EQ(j["ceilings"]["memory_bytes_per_s"].get<double>(), 4.27e12);
+  EXPECT_EQ(j["notes"][0], "ceilings: test");
+  ASSERT_EQ(j["rows"].size(), 2u);
+  const auto& r0 = j["rows"][0];
+  EXPECT_EQ(r0["backend"], "cublas-bf16");
+  EXPECT_EQ(r0["m"].get<std::int64_t>(), 16);
+  EXPECT_EQ(r0["median_us"].get<double>(), 11.8);
+  EXPECT_EQ(r0["max_rel_error"].get<double>(), 0.0039);
+  EXPECT_TRUE(r0["pct_compute_roof"].is_null());
+  EXPECT_EQ(r0["bound"], "memory");
+  const auto& r1 = j["rows"][1];
+  EXPECT_EQ(r1["status"], "incorrect");
+  EXPECT_TRUE(r1["median_us"].is_null());
+  EXPECT_EQ(r1["reason"], broken_row().reason);
+  // JSON rows carry exactly the CSV columns.
+  std::size_t n = 0;
+  for (auto it = r0.begin(); it != r0.end(); ++it) ++n;
+  EXPECT_EQ(n, parse_csv_line(csv_header()).size());
+}
+
+TEST(Report, TableShowsBrokenRowsNotesAndOneReproPerRow) {
+  std::ostringstream out;
+  write_table(out, {passed_row(), broken_row()});
+  const std::string s = out.str();
+  const std::vector<std::string> lines = lines_of(s);
+  ASSERT_GE(lines.size(), 3u);
+  // Columns line up: "status" starts at the same offset in the header and in each row.
+  const std::size_t col = lines[0].find("status");
+  ASSERT_NE(col, std::string::npos);
+  EXPECT_EQ(lines[1].find("passed"), col) << s;
+  EXPECT_EQ(lines[2].find("BROKEN"), col) << s;
+  EXPECT_NE(lines[1].find("11.8"), std::string::npos);
+  EXPECT_NE(lines[1].find("1.00x"), std::string::npos);
+  EXPECT_NE(s.find("[2] incorrect: element [3, 17]"), std::string::npos) << s;
+  EXPECT_NE(s.find("[1] memory-bound: moves 50.5 MB"), std::string::npos) << s;
+  EXPECT_NE(s.find("[1] fp4gap gemm --m 16 --n 4096 --k 6144 --backends cublas-bf16"), std::string::npos) << s;
+  EXPECT_NE(s.find("[2] fp4gap gemm --backends own-kernel"), std::string::npos) << s;
+}
+
+TEST(Report, NumberFormatting) {
+  EXPECT_EQ(format_fixed(3.14159, 2), "3.14");
+  EXPECT_EQ(format_bytes(7.1e6), "7.1 MB");
+  EXPECT_EQ(format_bytes(512), "512 B");
+  EXPECT_EQ(format_us(0.8e-6), "0.8 us");
+  EXPECT_EQ(format_us(23.64e-6), "23.6 us");
+  EXPECT_EQ(format_us(2.5e-3), "2.50 ms");
+  EXPECT_EQ(format_rate(4.27e12, "B/s"), "4.27 TB/s");
+  EXPECT_EQ(format_rate(745e12, "FLOP/s"), "745 TFLOP/s");
+  EXPECT_EQ(format_rate(1.287e15, "FLOP/s"), "1.29 PFLOP/s");
+  EXPECT_EQ(to_string(RowStatus::not_supported), "not_supported");
+}
+
+TEST(Report, DeviceDescriptions) {
+  DeviceContext none;
+  none.unavailable_reason = "no CUDA device: cudaGetDeviceCount: no CUDA-capable device is detected";
+  EXPECT_EQ(describe_unavailable(none), "no CUDA device: cudaGetDeviceCount: no CUDA-capable device is detected");
+  none.unavailable_reason = "driver too old";
+  EXPECT_EQ(describe_unavailable(none), "no CUDA device: driver too old");
+  EXPECT_EQ(describe_device(none), std::vector<std::string>{"no CUDA device: driver too old"});
+  DeviceContext h200;
+  h200.available = true;
+  h200.ordinal = 0;
+  h200.name = "NVIDIA H200";
+  h200.cc_major = 9;
+  h200.sm_count = 132;
+  h200.l2_bytes = 60LL << 20;
+  const std::vector<std::string> lines = describe_device(h200);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_NE(lines[0].find("NVIDIA H200, sm_90, 132 SMs"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("L2 60.0 MiB"), std::string::npos) << lines[0];
+}
+
+TEST(Report, CeilingsJsonRoundTripAndErrors) {
+  Ceilings c;
+  c.memory_bytes_per_s = 4.27e12;
+  c.bf16_flops_per_s = 745.5e12;
+  c.fp8_flops_per_s = 1287e12;
+  c.fp4_flops_per_s = 0;
+  c.source = "measured on NVIDIA H200 2026-12-02";
+  const Ceilings back = ceilings_from_json(ceilings_to_json(c, "NVIDIA H200"));
+  EXPECT_EQ(back.memory_bytes_per_s, c.memory_bytes_per_s);
+  EXPECT_EQ(back.bf16_flops_per_s, c.bf16_flops_per_s);
+  EXPECT_EQ(back.fp8_flops_per_s, c.fp8_flops_per_s);
+  EXPECT_EQ(back.fp4_flops_per_s, 0.0);
+  EXPECT_EQ(back.source, c.source);
+  auto error_of = [](const std::string& text) {
+    try {
+      ceilings_from_json(text);
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of("{").find("not valid JSON"), std::string::npos);
+  EXPECT_NE(error_of("[1]").find("object"), std::string::npos);
+  EXPECT_NE(error_of(R"({"bf16_flops_per_s": 1, "fp8_flops_per_s": 0, "fp4_flops_per_s": 0})")
+                .find("\"memory_bytes_per_s\" is missing"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"memory_bytes_per_s": 0, "bf16_flops_per_s": 1, "fp8_flops_per_s": 0, "fp4_flops_per_s": 0})")
+                .find("\"memory_bytes_per_s\" must be > 0"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"memory_bytes_per_s": 1, "bf16_flops_per_s": "x", "fp8_flops_per_s": 0, "fp4_flops_per_s": 0})")
+                .find("\"bf16_flops_per_s\" is not a number"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"memory_bytes_per_s": 1, "bf16_flops_per_s": 1, "fp8_flops_per_s": -1, "fp4_flops_per_s": 0})")
+                .find("\"fp8_flops_per_s\" must be >= 0"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace fp4gap

@@ -1,0 +1,126 @@
+// Roofline arithmetic worked by hand, bound classification and the tile-coverage text.
+#include <gtest/gtest.h>
+
+#include "fp4gap/roofline.hpp"
+
+namespace fp4gap {
+namespace {
+
+Ceilings hopper_like() {
+  Ceilings c;
+  c.memory_bytes_per_s = 4e12;
+  c.bf16_flops_per_s = 800e12;
+  c.fp8_flops_per_s = 1600e12;
+  c.fp4_flops_per_s = 0.0;
+  c.source = "test";
+  return c;
+}
+
+GemmProblem problem(std::int64_t m, std::int64_t n, std::int64_t k, OperandFormat a, OperandFormat b,
+                    OutputType out = OutputType::bf16) {
+  GemmProblem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.a_format = a;
+  p.b_format = b;
+  p.out_type = out;
+  return p;
+}
+
+TEST(Roofline, DecodeW4A4IsMemoryBoundWithBytesCountedByHand) {
+  const GemmProblem p = problem(16, 4096, 6144, OperandFormat::nvfp4, OperandFormat::nvfp4);
+  const RooflinePoint r = roofline(p, OperandFormat::nvfp4, OperandFormat::nvfp4, hopper_like());
+  // A: 16*6144/2 payload + 16*6144/16 scales; B: 4096*6144/2 + 4096*6144/16; D: 16*4096*2.
+  const double bytes = (16.0 * 3072 + 16.0 * 384) + (4096.0 * 3072 + 4096.0 * 384) + 16.0 * 4096 * 2;
+  const double flops = 2.0 * 16 * 4096 * 6144;
+  EXPECT_DOUBLE_EQ(r.bytes, bytes);
+  EXPECT_DOUBLE_EQ(r.flops, flops);
+  EXPECT_DOUBLE_EQ(r.memory_roof_s, bytes / 4e12);
+  // No FP4 tensor cores: NVFP4 runs at the BF16 rate.
+  EXPECT_DOUBLE_EQ(r.compute_roof_s, flops / 800e12);
+  EXPECT_DOUBLE_EQ(r.roof_s, bytes / 4e12);
+  EXPECT_EQ(r.bound, Bound::memory);
+  EXPECT_NE(r.reason.find("moves 14.3 MB"), std::string::npos) << r.reason;
+}
+
+TEST(Roofline, PrefillBf16IsComputeBound) {
+  const GemmProblem p = problem(4096, 4096, 6144, OperandFormat::bf16, OperandFormat::bf16);
+  const RooflinePoint r = roofline(p, OperandFormat::bf16, OperandFormat::bf16, hopper_like());
+  const double flops = 2.0 * 4096 * 4096 * 6144;
+  const double bytes = 4096.0 * 6144 * 2 * 2 + 4096.0 * 4096 * 2;
+  EXPECT_DOUBLE_EQ(r.compute_roof_s, flops / 800e12);
+  EXPECT_DOUBLE_EQ(r.memory_roof_s, bytes / 4e12);
+  EXPECT_EQ(r.bound, Bound::compute);
+  EXPECT_NE(r.reason.find("BF16"), std::string::npos) << r.reason;
+}
+
+TEST(Roofline, TinyProblemIsUnderTheLaunchFloor) {
+  const GemmProblem p = problem(1, 256, 512, OperandFormat::nvfp4, OperandFormat::nvfp4);
+  const RooflinePoint r = roofline(p, OperandFormat::nvfp4, OperandFormat::nvfp4, hopper_like());
+  ASSERT_LT(r.roof_s, kLaunchFloorSeconds);
+  EXPECT_EQ(r.bound, Bound::launch_latency);
+  EXPECT_NE(r.reason.find("is under the launch floor"), std::string::npos) << r.reason;
+  EXPECT_EQ(r.reason.rfind("roof ", 0), 0u) << r.reason;
+}
+
+TEST(Roofline, MovedFormatsDecideBytesAndRate) {
+  // cuBLAS BF16 on an NVFP4 problem moves BF16 operands: 16x the payload of FP4 per element pair.
+  const GemmProblem p = problem(16, 2048, 6144, OperandFormat::nvfp4, OperandFormat::nvfp4);
+  const RooflinePoint own = roofline(p, OperandFormat::bf16, OperandFormat::bf16, hopper_like());
+  EXPECT_DOUBLE_EQ(own.bytes, 16.0 * 6144 * 2 + 2048.0 * 6144 * 2 + 16.0 * 2048 * 2);
+}
+
+TEST(Roofline, ComputeCeilingIsTheSlowerOperandsRate) {
+  Ceilings c = hopper_like();
+  EXPECT_DOUBLE_EQ(compute_ceiling(OperandFormat::nvfp4, OperandFormat::nvfp4, c), 800e12);
+  EXPECT_DOUBLE_EQ(compute_ceiling(OperandFormat::e4m3, OperandFormat::e4m3, c), 1600e12);
+  EXPECT_EQ(compute_ceiling_name(OperandFormat::e4m3, OperandFormat::e4m3, c), "FP8");
+  c.fp4_flops_per_s = 3200e12;  // a Blackwell-like device
+  EXPECT_DOUBLE_EQ(compute_ceiling(OperandFormat::nvfp4, OperandFormat::nvfp4, c), 3200e12);
+  EXPECT_EQ(compute_ceiling_name(OperandFormat::nvfp4, OperandFormat::nvfp4, c), "FP4");
+  EXPECT_DOUBLE_EQ(compute_ceiling(OperandFormat::bf16, OperandFormat::nvfp4, c), 800e12);  // W4A16
+  EXPECT_DOUBLE_EQ(compute_ceiling(OperandFormat::e4m3, OperandFormat::nvfp4, c), 1600e12);
+}
+
+TEST(Roofline, MissingCeilingGivesUnknown) {
+  Ceilings c = hopper_like();
+  c.memory_bytes_per_s = 0;
+  const RooflinePoint r =
+      roofline(problem(512, 2048, 6144, OperandFormat::nvfp4, OperandFormat::nvfp4), OperandFormat::nvfp4,
+               OperandFormat::nvfp4, c);
+  EXPECT_EQ(r.bound, Bound::unknown);
+  EXPECT_EQ(r.roof_s, 0.0);
+  EXPECT_FALSE(r.reason.empty());
+}
+
+TEST(Roofline, BoundNames) {
+  EXPECT_EQ(to_string(Bound::memory), "memory");
+  EXPECT_EQ(to_string(Bound::compute), "compute");
+  EXPECT_EQ(to_string(Bound::launch_latency), "launch_latency");
+}
+
+TEST(TileCoverage, SeedShapeStarvesAnH200) {
+  const TileCoverage t = tile_coverage(problem(512, 2048, 6144, OperandFormat::nvfp4, OperandFormat::nvfp4), 132);
+  EXPECT_EQ(t.tiles, 64);
+  EXPECT_TRUE(t.starved);
+  EXPECT_EQ(t.text, "64 output tiles of 128x128 for 132 SMs");
+}
+
+TEST(TileCoverage, PartialTilesRoundUpAndLargeShapesReportWaves) {
+  const GemmProblem p = problem(129, 4096, 6144, OperandFormat::nvfp4, OperandFormat::nvfp4);
+  const TileCoverage t = tile_coverage(p, 132);
+  EXPECT_EQ(t.tiles, 2 * 32);
+  const TileCoverage big = tile_coverage(problem(4096, 4096, 64, OperandFormat::bf16, OperandFormat::bf16), 132);
+  EXPECT_EQ(big.tiles, 1024);
+  EXPECT_FALSE(big.starved);
+  EXPECT_DOUBLE_EQ(big.waves, 1024.0 / 132.0);
+  EXPECT_EQ(big.text, "1024 output tiles of 128x128 for 132 SMs (7.76 waves)");
+  const TileCoverage custom = tile_coverage(problem(16, 4096, 64, OperandFormat::bf16, OperandFormat::bf16), 188, 64, 256);
+  EXPECT_EQ(custom.tiles, 16);
+  EXPECT_EQ(custom.text, "16 output tiles of 64x256 for 188 SMs");
+  EXPECT_THROW(tile_coverage(p, 0), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace fp4gap

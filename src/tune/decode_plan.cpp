@@ -44,7 +44,7 @@ const std::vector<TileConfig>& tile_configs() {
       {1, 2, 4, 2, 4},  // M <= 16: 64 rows
       {1, 2, 8, 2, 2},  // M <= 16: 128 rows, activations shared by 8 warps
       {1, 4, 4, 2, 3},  // M <= 32: 64 rows, small split-K tiles
-      {2, 4, 4, 1, 3},  // M <= 32: 2 m16 tiles per warp halve the shared-memory activation reads
+      {2, 4, 4, 1, 2},  // M <= 32: 2 m16 tiles per warp halve the shared-memory activation reads
       {2, 8, 4, 1, 2},  // M <= 64: 128 rows
       {2, 8, 8, 1, 1},  // M <= 64: 256 rows keep activation L2 reads below the weight bytes
   };

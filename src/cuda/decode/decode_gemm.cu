@@ -1,0 +1,109 @@
+// The closed list of decode kernel instantiations and their launcher (include/fp4gap/decode.hpp).
+#include <cuda_runtime.h>
+
+#include <array>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+#include "cuda/common.cuh"
+#include "cuda/decode/decode_gemm.cuh"
+#include "fp4gap/decode.hpp"
+
+namespace fp4gap::decode {
+
+namespace {
+
+using Kernel = void (*)(device::Params);
+
+struct Instantiation {
+  TileConfig config;
+  Kernel kernels[2][2];  // [math][layout]
+};
+
+template <int MT, int NT, int WARPS, int G, int MIN_BLOCKS>
+constexpr Instantiation instantiate() {
+  using device::decode_gemm_kernel;
+  return {TileConfig{MT, NT, WARPS, G, MIN_BLOCKS},
+          {{&decode_gemm_kernel<Math::w4a16, WeightLayout::plain, MT, NT, WARPS, G, MIN_BLOCKS>,
+            &decode_gemm_kernel<Math::w4a16, WeightLayout::shuffled, MT, NT, WARPS, G, MIN_BLOCKS>},
+           {&decode_gemm_kernel<Math::w4a4, WeightLayout::plain, MT, NT, WARPS, G, MIN_BLOCKS>,
+            &decode_gemm_kernel<Math::w4a4, WeightLayout::shuffled, MT, NT, WARPS, G, MIN_BLOCKS>}}};
+}
+
+// Same order as tile_configs() (src/tune/decode_plan.cpp); checked at first use.
+const std::array<Instantiation, 7>& instantiations() {
+  static const std::array<Instantiation, 7> list = {
+      instantiate<1, 1, 4, 2, 4>(), instantiate<1, 2, 4, 2, 4>(), instantiate<1, 2, 8, 2, 2>(),
+      instantiate<1, 4, 4, 2, 3>(), instantiate<2, 4, 4, 1, 2>(), instantiate<2, 8, 4, 1, 2>(),
+      instantiate<2, 8, 8, 1, 1>(),
+  };
+  static const bool checked = [] {
+    const auto& configs = tile_configs();
+    bool same = configs.size() == list.size();
+    for (std::size_t i = 0; same && i < list.size(); ++i) {
+      const TileConfig& a = configs[i];
+      const TileConfig& b = list[i].config;
+      same = a.mt == b.mt && a.nt == b.nt && a.warps == b.warps && a.windows_per_chunk == b.windows_per_chunk &&
+             a.min_blocks_per_sm == b.min_blocks_per_sm &&
+             a.activation_row_bytes() == device::activation_row_bytes(b.windows_per_chunk);
+    }
+    if (!same) throw std::logic_error("decode: tile_configs() and the kernel instantiations differ");
+    return true;
+  }();
+  static_cast<void>(checked);
+  return list;
+}
+
+Kernel kernel_of(const Plan& plan) {
+  const auto& list = instantiations();
+  if (plan.config_index < 0 || plan.config_index >= static_cast<int>(list.size())) {
+    throw InvalidArgument("decode: config_index outside the instantiations: " + std::to_string(plan.config_index));
+  }
+  return list[static_cast<std::size_t>(plan.config_index)]
+      .kernels[plan.math == Math::w4a16 ? 0 : 1][plan.layout == WeightLayout::plain ? 0 : 1];
+}
+
+}  // namespace
+
+void prepare_launch(const Plan& plan) {
+  const std::int64_t smem = plan.config.smem_bytes(plan.math);
+  if (smem > 48 * 1024) {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel_of(plan), cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  }
+}
+
+void launch_gemm(const Plan& plan, const GemmArgs& args, void* stream) {
+  check_gemm_args(plan, args);
+  const Kernel kernel = kernel_of(plan);
+  if (plan.config.smem_bytes(plan.math) > 48 * 1024) prepare_launch(plan);
+
+  device::Params p;
+  p.m = plan.m;
+  p.n = plan.n;
+  p.k = plan.k;
+  p.a = args.a;
+  p.a_scales = args.a_scales;
+  p.a_swizzled = args.a_scale_layout == ScaleLayout::swizzled_128x4 ? 1 : 0;
+  p.w_codes = args.w_codes;
+  p.w_scales = args.w_scales;
+  p.w_swizzled = args.w_scale_layout == ScaleLayout::swizzled_128x4 ? 1 : 0;
+  p.alpha = static_cast<float>(static_cast<double>(args.alpha) * kernel_alpha_factor(plan.math));
+  p.d = args.d;
+  p.out_type = static_cast<int>(args.out_type);
+  p.split_k = plan.split_k;
+  p.k_chunks = plan.k_chunks;
+  p.k_windows = plan.k_windows;
+  p.n_tiles = ceil_div(plan.n, kTileRows);
+  if (plan.split_k > 1) {
+    p.partials = static_cast<float*>(args.workspace);
+    p.counters = reinterpret_cast<unsigned int*>(static_cast<unsigned char*>(args.workspace) +
+                                                 plan.workspace_partial_floats() * 4);
+  }
+  const dim3 grid(static_cast<unsigned int>(plan.row_blocks), static_cast<unsigned int>(plan.split_k));
+  const dim3 block(static_cast<unsigned int>(plan.config.threads()));
+  kernel<<<grid, block, static_cast<std::size_t>(plan.config.smem_bytes(plan.math)), cuda::as_stream(stream)>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace fp4gap::decode

@@ -1,0 +1,406 @@
+#pragma once
+// The decode GEMM kernel (M <= 64): D^T = W * A^T with mma.sync m16n8k16, the NVFP4 weight W
+// streamed from global memory straight into registers (16-byte loads, one chunk ahead),
+// dequantized there exactly (include/fp4gap/decode.hpp), activations staged in shared memory,
+// split-K partials reduced deterministically by the last block of each row block.
+// docs/KERNELS-decode.md explains the design; this file is included by decode_gemm.cu only.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "fp4gap/decode.hpp"
+
+namespace fp4gap::decode::device {
+
+struct Params {
+  std::int64_t m = 0, n = 0, k = 0;
+  const void* a = nullptr;               // w4a16: bf16 [m, k]; w4a4: codes [m, k/2]
+  const std::uint8_t* a_scales = nullptr;
+  int a_swizzled = 0;
+  const std::uint8_t* w_codes = nullptr;
+  const std::uint8_t* w_scales = nullptr;
+  int w_swizzled = 0;                    // plain layout only
+  float alpha = 1.0f;                    // alpha * 2^(7 per dequantized operand)
+  void* d = nullptr;
+  int out_type = 0;                      // OutputType
+  float* partials = nullptr;             // split_k > 1
+  unsigned int* counters = nullptr;      // one per row block, zero between launches
+  int split_k = 1;
+  std::int64_t k_chunks = 0, k_windows = 0, n_tiles = 0;
+};
+
+// Bytes of one activation row in shared memory (TileConfig::activation_row_bytes).
+constexpr int activation_row_bytes(int windows_per_chunk) {
+  int bytes = windows_per_chunk * 4 * 80;
+  while (bytes % 128 != 64) bytes += 16;
+  return bytes;
+}
+
+__device__ __forceinline__ uint4 load_stream_16(const void* p) {
+  uint4 r;
+  // Read once: keep it out of L1, fetch whole 256-byte L2 lines.
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(p));
+  return r;
+}
+
+__device__ __forceinline__ std::uint32_t load_stream_4(const void* p) {
+  std::uint32_t r;
+  asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(r) : "l"(p));
+  return r;
+}
+
+__device__ __forceinline__ std::uint32_t load_u16(const void* p) {
+  return __ldg(static_cast<const unsigned short*>(p));
+}
+
+__device__ __forceinline__ void cp_async_16(void* smem, const void* global, bool valid) {
+  const auto s = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem));
+  // src-size 0 writes 16 zero bytes without reading.
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(global), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N));
+}
+
+template <Math M>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+  if constexpr (M == Math::w4a16) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+__device__ __forceinline__ std::uint32_t component(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// One chunk of a warp's weight in registers: per window and m16 tile, 32 bytes of codes and the
+// scale word (shuffled: 4 encoded bytes; plain: E4M3 bytes (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)).
+template <int MT, int G>
+struct WeightRegs {
+  uint4 codes[G][MT][2];
+  std::uint32_t scales[G][MT];
+};
+
+template <Math M, WeightLayout L, int MT, int NT, int WARPS, int G>
+struct Tile {
+  static constexpr int kThreads = WARPS * 32;
+  static constexpr int kRows = WARPS * MT * kTileRows;
+  static constexpr int kMPad = NT * 8;
+  static constexpr int kRowBytes = activation_row_bytes(G);
+  static constexpr int kActBytes = kMPad * kRowBytes;
+  static constexpr int kActBuffers = M == Math::w4a16 ? 2 : 1;
+  // W4A4 activations: 32-column segments per chunk, converted from registers.
+  static constexpr int kActSegments = kMPad * G * 4;
+  static constexpr int kActSegmentsPerThread = (kActSegments + kThreads - 1) / kThreads;
+
+  const Params& p;
+  unsigned char* smem;
+  int warp, lane, g, t;
+  std::int64_t warp_row0;  // first weight row of this warp
+
+  __device__ Tile(const Params& params, unsigned char* shared)
+      : p(params), smem(shared), warp(static_cast<int>(threadIdx.x) / 32), lane(static_cast<int>(threadIdx.x) % 32),
+        g(lane >> 2), t(lane & 3),
+        warp_row0(static_cast<std::int64_t>(blockIdx.x) * kRows + static_cast<std::int64_t>(warp) * MT * kTileRows) {}
+
+  __device__ void load_weights(WeightRegs<MT, G>& r, std::int64_t chunk) const {
+#pragma unroll
+    for (int wi = 0; wi < G; ++wi) {
+      const std::int64_t window = chunk * G + wi;
+      const std::int64_t col0 = window * kWindowK + 32 * t;
+      const bool valid_k = window < p.k_windows && col0 < p.k;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const std::int64_t row0 = warp_row0 + mt * kTileRows;
+        r.codes[wi][mt][0] = r.codes[wi][mt][1] = make_uint4(0, 0, 0, 0);
+        r.scales[wi][mt] = 0;
+        if constexpr (L == WeightLayout::shuffled) {
+          const std::int64_t tile = row0 / kTileRows;
+          if (valid_k && tile < p.n_tiles) {
+            const std::int64_t w = shuffled_window_index(tile, window, p.k_windows);
+            const std::uint8_t* c = p.w_codes + w * kWindowCodeBytes + lane * 16;
+            r.codes[wi][mt][0] = load_stream_16(c);
+            r.codes[wi][mt][1] = load_stream_16(c + 512);
+            r.scales[wi][mt] = load_stream_4(p.w_scales + w * kWindowScaleBytes + lane * 4);
+          }
+        } else {
+          const std::int64_t kb = col0 / kBlockSize;
+          const ScaleLayout layout = p.w_swizzled ? ScaleLayout::swizzled_128x4 : ScaleLayout::linear;
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const std::int64_t row = row0 + g + 8 * half;
+            if (valid_k && row < p.n) {
+              r.codes[wi][mt][half] = load_stream_16(p.w_codes + row * (p.k / 2) + col0 / 2);
+              // Blocks kb, kb + 1 are adjacent in both layouts (kb is even).
+              r.scales[wi][mt] |= load_u16(p.w_scales + scale_offset(layout, row, kb, p.k)) << (16 * half);
+            }
+          }
+        }
+      }
+    }
+  }
+
+  // W4A16: cp.async the bf16 activations of a chunk into buffer `stage`, zero past K.
+  __device__ void copy_activations(std::int64_t chunk, int stage) const {
+    const auto* a = static_cast<const std::uint16_t*>(p.a);
+    const std::int64_t col_base = chunk * G * kWindowK;
+    const int rows = p.m < kMPad ? static_cast<int>(p.m) : kMPad;  // rows >= M feed only unused columns
+    unsigned char* buffer = smem + stage * kActBytes;
+    for (int i = static_cast<int>(threadIdx.x); i < rows * G * 16; i += kThreads) {
+      const int r = i / (G * 16), e = i % (G * 16);
+      const std::int64_t col = col_base + 8 * e;
+      const bool valid = col < p.k;
+      cp_async_16(buffer + r * kRowBytes + (e / 4) * 80 + (e % 4) * 16, valid ? a + r * p.k + col : a, valid);
+    }
+  }
+
+  // W4A4: a chunk's activation codes and scales into registers ...
+  struct ActRegs {
+    uint4 codes[kActSegmentsPerThread];
+    std::uint32_t scales[kActSegmentsPerThread];
+  };
+  __device__ void load_activations(ActRegs& r, std::int64_t chunk) const {
+    const auto* a = static_cast<const std::uint8_t*>(p.a);
+    const ScaleLayout layout = p.a_swizzled ? ScaleLayout::swizzled_128x4 : ScaleLayout::linear;
+#pragma unroll
+    for (int j = 0; j < kActSegmentsPerThread; ++j) {
+      const int i = static_cast<int>(threadIdx.x) + j * kThreads;
+      const int row = i / (G * 4), seg = i % (G * 4);
+      const std::int64_t col = chunk * G * kWindowK + 32 * seg;
+      r.codes[j] = make_uint4(0, 0, 0, 0);
+      r.scales[j] = 0;
+      if (i < kActSegments && row < p.m && col < p.k) {
+        r.codes[j] = __ldg(reinterpret_cast<const uint4*>(a + row * (p.k / 2) + col / 2));
+        r.scales[j] = load_u16(p.a_scales + scale_offset(layout, row, col / kBlockSize, p.k));
+      }
+    }
+  }
+  // ... and dequantized (x scale x 2^-7, exact in FP16) into the activation buffer.
+  __device__ void store_activations(const ActRegs& r) const {
+#pragma unroll
+    for (int j = 0; j < kActSegmentsPerThread; ++j) {
+      const int i = static_cast<int>(threadIdx.x) + j * kThreads;
+      const int row = i / (G * 4), seg = i % (G * 4);
+      if (i >= kActSegments || row >= p.m) continue;
+      unsigned char* dst = smem + row * kRowBytes + seg * 80;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {  // columns 16 * half .. +15 share scale byte `half`
+        const std::uint32_t s = scale_pair_from_e4m3<Math::w4a4>((r.scales[j] >> (8 * half)) & 0xFFu);
+        std::uint32_t v[8];
+#pragma unroll
+        for (int b = 0; b < 8; ++b) {
+          v[b] = multiply_pair<Math::w4a4>(unpack_plain_byte<Math::w4a4>(component(r.codes[j], 2 * half + b / 4), b % 4), s);
+        }
+        *reinterpret_cast<uint4*>(dst + 32 * half) = make_uint4(v[0], v[1], v[2], v[3]);
+        *reinterpret_cast<uint4*>(dst + 32 * half + 16) = make_uint4(v[4], v[5], v[6], v[7]);
+      }
+    }
+  }
+
+  // Dequantize and multiply one chunk: for each window, 8 mma steps of k16 per m16 x n8 tile.
+  __device__ void compute(const WeightRegs<MT, G>& r, const unsigned char* act, std::int64_t chunk,
+                          float (&acc)[MT][NT][4]) const {
+#pragma unroll
+    for (int wi = 0; wi < G; ++wi) {
+      if (chunk * G + wi >= p.k_windows) break;  // uniform: the last chunk may hold one window
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // steps 4h .. 4h+3 use scale block 2t + h
+        std::uint32_t scale[MT][2];  // rows g, g + 8
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          if constexpr (L == WeightLayout::shuffled) {
+            scale[mt][0] = scale_pair<M>(r.scales[wi][mt], 2 * h);
+            scale[mt][1] = scale_pair<M>(r.scales[wi][mt], 2 * h + 1);
+          } else {
+            scale[mt][0] = scale_pair_from_e4m3<M>((r.scales[wi][mt] >> (8 * h)) & 0xFFu);
+            scale[mt][1] = scale_pair_from_e4m3<M>((r.scales[wi][mt] >> (16 + 8 * h)) & 0xFFu);
+          }
+        }
+#pragma unroll
+        for (int sp = 0; sp < 2; ++sp) {
+          const int pair = 2 * h + sp;  // steps 2 * pair and 2 * pair + 1
+          std::uint32_t frag[MT][2][4];
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            if constexpr (L == WeightLayout::shuffled) {
+#pragma unroll
+              for (int q = 0; q < 2; ++q) {
+                const int step = 2 * pair + q;
+                std::uint32_t v[4];
+                unpack_shuffled_word<M>(component(r.codes[wi][mt][step / 4], step % 4), v);
+#pragma unroll
+                for (int j = 0; j < 4; ++j) frag[mt][q][j] = multiply_pair<M>(v[j], scale[mt][j & 1]);
+              }
+            } else {
+              // Word `pair` of each row's 16 bytes: bytes 0, 1 are step 2*pair's column pairs
+              // (k0, k0+1), (k0+2, k0+3); bytes 2, 3 the next step's.
+              const std::uint32_t lo = component(r.codes[wi][mt][0], pair), hi = component(r.codes[wi][mt][1], pair);
+#pragma unroll
+              for (int q = 0; q < 2; ++q) {
+                frag[mt][q][0] = multiply_pair<M>(unpack_plain_byte<M>(lo, 2 * q), scale[mt][0]);
+                frag[mt][q][1] = multiply_pair<M>(unpack_plain_byte<M>(hi, 2 * q), scale[mt][1]);
+                frag[mt][q][2] = multiply_pair<M>(unpack_plain_byte<M>(lo, 2 * q + 1), scale[mt][0]);
+                frag[mt][q][3] = multiply_pair<M>(unpack_plain_byte<M>(hi, 2 * q + 1), scale[mt][1]);
+              }
+            }
+          }
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {
+            // Activation row 8j + g, columns 32t + 8 * pair .. +7 of the window: both steps' B
+            // fragments in one 16-byte shared load.
+            const uint4 b = *reinterpret_cast<const uint4*>(act + (j * 8 + g) * kRowBytes + (wi * 4 + t) * 80 + pair * 16);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+              mma_16816<M>(acc[mt][j], frag[mt][0], b.x, b.y);
+              mma_16816<M>(acc[mt][j], frag[mt][1], b.z, b.w);
+            }
+          }
+        }
+      }
+    }
+  }
+
+  __device__ void store_output(const float (&acc)[MT][NT][4]) const {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const std::int64_t n = warp_row0 + mt * kTileRows + g + 8 * (e >> 1);
+          const std::int64_t m = j * 8 + 2 * t + (e & 1);
+          if (n >= p.n || m >= p.m) continue;
+          const float v = p.alpha * acc[mt][j][e];
+          const std::int64_t at = m * p.n + n;
+          if (p.out_type == static_cast<int>(OutputType::f32)) {
+            static_cast<float*>(p.d)[at] = v;
+          } else if (p.out_type == static_cast<int>(OutputType::bf16)) {
+            static_cast<__nv_bfloat16*>(p.d)[at] = __float2bfloat16_rn(v);
+          } else {
+            static_cast<__half*>(p.d)[at] = __float2half_rn(v);
+          }
+        }
+      }
+    }
+  }
+
+  // Split-K: every block stores its partial tile; the last to arrive at the row block's counter
+  // adds all splits in split order (bitwise repeatable) and writes the output.
+  __device__ bool reduce_partials(float (&acc)[MT][NT][4]) const {
+    auto* ws = reinterpret_cast<float4*>(p.partials);
+    const std::int64_t slots_per_split = static_cast<std::int64_t>(gridDim.x) * WARPS;
+    const std::int64_t my_slot = blockIdx.y * slots_per_split + static_cast<std::int64_t>(blockIdx.x) * WARPS + warp;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        __stcg(&ws[(my_slot * MT * NT + mt * NT + j) * 32 + lane],
+               make_float4(acc[mt][j][0], acc[mt][j][1], acc[mt][j][2], acc[mt][j][3]));
+      }
+    }
+    __threadfence();
+    __syncthreads();
+    auto* last_flag = reinterpret_cast<int*>(smem + kActBuffers * kActBytes);
+    if (threadIdx.x == 0) {
+      const unsigned int arrived = atomicAdd(&p.counters[blockIdx.x], 1u);
+      const bool last = arrived == static_cast<unsigned int>(p.split_k - 1);
+      if (last) atomicExch(&p.counters[blockIdx.x], 0u);  // every split has arrived: ready for the next launch
+      *last_flag = last ? 1 : 0;
+    }
+    __syncthreads();
+    if (*last_flag == 0) return false;
+    __threadfence();
+    const std::int64_t base_slot = static_cast<std::int64_t>(blockIdx.x) * WARPS + warp;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        float4 sum = __ldcg(&ws[(base_slot * MT * NT + mt * NT + j) * 32 + lane]);
+        for (int s = 1; s < p.split_k; ++s) {
+          const float4 v = __ldcg(&ws[((s * slots_per_split + base_slot) * MT * NT + mt * NT + j) * 32 + lane]);
+          sum.x += v.x;
+          sum.y += v.y;
+          sum.z += v.z;
+          sum.w += v.w;
+        }
+        acc[mt][j][0] = sum.x;
+        acc[mt][j][1] = sum.y;
+        acc[mt][j][2] = sum.z;
+        acc[mt][j][3] = sum.w;
+      }
+    }
+    return true;
+  }
+};
+
+template <Math M, WeightLayout L, int MT, int NT, int WARPS, int G, int MIN_BLOCKS>
+__global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_gemm_kernel(const Params p) {
+  using T = Tile<M, L, MT, NT, WARPS, G>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const T tile(p, smem);
+  const ChunkRange range = split_chunk_range(p.k_chunks, p.split_k, static_cast<int>(blockIdx.y));
+
+  float acc[MT][NT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][j][e] = 0.0f;
+    }
+  }
+
+  WeightRegs<MT, G> regs[2];
+  typename T::ActRegs act_regs;
+  if constexpr (M == Math::w4a16) {
+    tile.copy_activations(range.begin, 0);
+    cp_async_commit();
+  } else {
+    tile.load_activations(act_regs, range.begin);
+  }
+  tile.load_weights(regs[0], range.begin);
+  if constexpr (M == Math::w4a4) tile.store_activations(act_regs);
+
+  // One chunk: prefetch the next chunk's weights (registers) and activations, then compute. The
+  // register sets alternate, so the loop body handles two chunks with constant indices.
+  auto step = [&](std::int64_t c, WeightRegs<MT, G>& current, WeightRegs<MT, G>& next, int stage) {
+    const bool has_next = c + 1 < range.end;
+    if (has_next) tile.load_weights(next, c + 1);
+    if constexpr (M == Math::w4a16) {
+      if (has_next) tile.copy_activations(c + 1, stage ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      if (has_next) tile.load_activations(act_regs, c + 1);
+    }
+    __syncthreads();
+    tile.compute(current, smem + (M == Math::w4a16 ? stage * T::kActBytes : 0), c, acc);
+    __syncthreads();
+    if constexpr (M == Math::w4a4) {
+      if (has_next) tile.store_activations(act_regs);
+    }
+  };
+  for (std::int64_t c = range.begin; c < range.end; c += 2) {
+    step(c, regs[0], regs[1], 0);
+    if (c + 1 < range.end) step(c + 1, regs[1], regs[0], 1);
+  }
+
+  if (p.split_k > 1 && !tile.reduce_partials(acc)) return;
+  tile.store_output(acc);
+}
+
+}  // namespace fp4gap::decode::device

@@ -1,0 +1,405 @@
+// The decode GEMM kernels (src/cuda/decode) and their backends against the CPU reference:
+// random data within the accumulation bound, exact-grid data bit-equal, poisoned outputs, the M
+// list 1..64, minimum N and K, K not a multiple of the tile, both weight layouts, both scale
+// layouts, every output type, forced split-K factors, bitwise repeatable runs, graph capture.
+// Needs a CUDA device; skips without one.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cuda/common.cuh"
+#include "fp4gap/backend.hpp"
+#include "fp4gap/cuda_api.hpp"
+#include "fp4gap/decode.hpp"
+#include "fp4gap/numeric.hpp"
+#include "fp4gap/quantize.hpp"
+#include "fp4gap/reference.hpp"
+#include "fp4gap/verify.hpp"
+
+namespace fp4gap::decode {
+namespace {
+
+const DeviceContext& device() {
+  static const DeviceContext d = query_device();
+  return d;
+}
+
+#define REQUIRE_DEVICE()                                                  \
+  do {                                                                    \
+    if (!device().available) GTEST_SKIP() << device().unavailable_reason; \
+  } while (0)
+
+std::string repro(const std::string& what, std::uint64_t seed) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  return what + " seed=" + std::to_string(seed) + "; repro: fp4gap_device_tests --gtest_filter=" +
+         info->test_suite_name() + "." + info->name();
+}
+
+constexpr OutputType kOutputs[] = {OutputType::bf16, OutputType::f16, OutputType::f32};
+constexpr ScaleLayout kLayouts[] = {ScaleLayout::linear, ScaleLayout::swizzled_128x4};
+
+GemmProblem problem_of(Math math, std::int64_t m, std::int64_t n, std::int64_t k, OutputType out) {
+  return GemmProblem{m, n, k, math == Math::w4a16 ? OperandFormat::bf16 : OperandFormat::nvfp4, OperandFormat::nvfp4,
+                     out};
+}
+
+// The inputs of one problem, its reference (with the float alpha the kernel multiplies by), and
+// everything a launch needs on the device, in the chosen layouts.
+struct Case {
+  Math math;
+  GemmInputs in;
+  float alpha = 1.0f;
+  ReferenceResult ref;
+
+  Case(Math mth, std::int64_t m, std::int64_t n, std::int64_t k, std::uint64_t seed, InputDistribution dist)
+      : math(mth), in(make_gemm_inputs(problem_of(mth, m, n, k, OutputType::f32), seed, dist)) {
+    alpha = static_cast<float>(in.alpha);
+    ref = reference_gemm(in.a_view(), in.b_view(), static_cast<double>(alpha));
+  }
+  std::string label(const Plan& plan, OutputType out) const {
+    std::ostringstream os;
+    os << "m" << in.problem.m << " n" << in.problem.n << " k" << in.problem.k << " " << plan.describe() << " -> "
+       << to_string(out);
+    return os.str();
+  }
+};
+
+struct Layouts {
+  WeightLayout weight = WeightLayout::shuffled;
+  ScaleLayout weight_scales = ScaleLayout::swizzled_128x4;
+  ScaleLayout activation_scales = ScaleLayout::swizzled_128x4;
+};
+
+// Operands of a Case on the device.
+struct DeviceCase {
+  cuda::DeviceBuffer<std::uint8_t> a, a_scales, w_codes, w_scales, workspace, d;
+  GemmArgs args;
+
+  DeviceCase(const Case& c, const Plan& plan, const Layouts& l, OutputType out) {
+    if (c.math == Math::w4a16) {
+      a = cuda::DeviceBuffer<std::uint8_t>(c.in.a_bf16.size() * 2);
+      a.upload(reinterpret_cast<const std::uint8_t*>(c.in.a_bf16.data()), a.size());
+    } else {
+      const Nvfp4Matrix am = with_layout(c.in.a_fp4, l.activation_scales);
+      a = cuda::DeviceBuffer<std::uint8_t>(am.codes);
+      a_scales = cuda::DeviceBuffer<std::uint8_t>(am.scales);
+    }
+    const Nvfp4Matrix wm = with_layout(c.in.b_fp4, l.weight_scales);
+    if (l.weight == WeightLayout::plain) {
+      w_codes = cuda::DeviceBuffer<std::uint8_t>(wm.codes);
+      w_scales = cuda::DeviceBuffer<std::uint8_t>(wm.scales);
+    } else {
+      const ShuffledWeight s = shuffle_weight_for_decode(wm, c.math);
+      w_codes = cuda::DeviceBuffer<std::uint8_t>(s.codes);
+      w_scales = cuda::DeviceBuffer<std::uint8_t>(s.scales);
+    }
+    if (plan.workspace_bytes() > 0) {
+      workspace = cuda::DeviceBuffer<std::uint8_t>(static_cast<std::size_t>(plan.workspace_bytes()));
+      workspace.fill_bytes(0);
+    }
+    d = cuda::DeviceBuffer<std::uint8_t>(static_cast<std::size_t>(c.in.problem.m * c.in.problem.n * output_type_bytes(out)));
+    args.a = a.get();
+    args.a_scales = c.math == Math::w4a4 ? a_scales.get() : nullptr;
+    args.a_scale_layout = l.activation_scales;
+    args.w_codes = w_codes.get();
+    args.w_scales = w_scales.get();
+    args.w_scale_layout = l.weight_scales;
+    args.alpha = c.alpha;
+    args.d = d.get();
+    args.out_type = out;
+    args.workspace = workspace.get();
+    args.workspace_bytes = static_cast<std::int64_t>(workspace.bytes());
+  }
+
+  // Poisons the output (NaN in every type), launches, returns the raw output bytes.
+  std::vector<std::uint8_t> run(const Plan& plan) {
+    cuda::Stream stream;
+    CUDA_CHECK(cudaMemsetAsync(d.get(), 0xFF, d.bytes(), stream.get()));
+    launch_gemm(plan, args, stream.as_void());
+    stream.synchronize();
+    return d.download();
+  }
+};
+
+std::vector<float> as_float(const std::vector<std::uint8_t>& raw, OutputType t) {
+  const std::size_t size = static_cast<std::size_t>(output_type_bytes(t));
+  std::vector<float> out(raw.size() / size);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (t == OutputType::f32) {
+      std::memcpy(&out[i], raw.data() + 4 * i, 4);
+    } else {
+      std::uint16_t h;
+      std::memcpy(&h, raw.data() + 2 * i, 2);
+      out[i] = t == OutputType::bf16 ? bf16_to_float(h) : fp16_to_float(h);
+    }
+  }
+  return out;
+}
+
+// Launches the plan and checks the output: within the accumulation bound (random data) or equal
+// to the reference rounded once (exact-grid data).
+void check(const Case& c, const Plan& plan, const Layouts& l, OutputType out, std::uint64_t seed) {
+  DeviceCase dc(c, plan, l, out);
+  const std::vector<float> got = as_float(dc.run(plan), out);
+  std::ostringstream what;
+  what << c.label(plan, out) << " weight " << to_string(l.weight_scales) << " scales, activation "
+       << to_string(l.activation_scales) << " scales, " << (c.in.distribution == InputDistribution::exact_grid ? "exact grid" : "random");
+  if (c.in.distribution == InputDistribution::exact_grid) {
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(got[i], round_to_output(c.ref.d[i], out))
+          << "element " << i << " (row " << i / c.in.problem.n << ", col " << i % c.in.problem.n << ") of "
+          << repro(what.str(), seed);
+    }
+  } else {
+    const VerifyResult v = verify_gemm_output(got.data(), c.ref, c.in.problem.k, out);
+    ASSERT_TRUE(v.passed) << v.message << " for " << repro(what.str(), seed);
+  }
+}
+
+// The issue's correctness list: every M of {1, 2, 3, 7, 17, 63, 64} with N in {32, 96, 2048} and
+// K in {32, 96, 6144} (K = 32, 96: one partial window; 6144: many chunks and split-K), the plan
+// the policy chooses, the shuffled weight and swizzled scales as users pass them.
+TEST(DecodeGemm, EveryMnkOfTheIssueMatchesTheReference) {
+  REQUIRE_DEVICE();
+  std::uint64_t seed = 100;
+  int out_index = 0;
+  for (Math math : {Math::w4a16, Math::w4a4}) {
+    for (std::int64_t m : {1, 2, 3, 7, 17, 63, 64}) {
+      for (std::int64_t n : {32, 96, 2048}) {
+        for (std::int64_t k : {32, 96, 6144}) {
+          ++seed;
+          const Case c(math, m, n, k, seed, InputDistribution::random);
+          const Plan plan = choose_plan(m, n, k, math, WeightLayout::shuffled, device());
+          check(c, plan, Layouts{}, kOutputs[out_index++ % 3], seed);
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+// W4A16 has no N % 32 rule: N = 1 and N = 17 (a partial 16-row tile) and K = 32.
+TEST(DecodeGemm, W4a16TakesAnyN) {
+  REQUIRE_DEVICE();
+  std::uint64_t seed = 200;
+  for (std::int64_t n : {1, 17, 80, 1000}) {
+    for (std::int64_t m : {1, 9, 64}) {
+      ++seed;
+      const Case c(Math::w4a16, m, n, 160, seed, InputDistribution::random);
+      for (WeightLayout wl : {WeightLayout::plain, WeightLayout::shuffled}) {
+        const Plan plan = choose_plan(m, n, 160, Math::w4a16, wl, device());
+        check(c, plan, Layouts{wl, ScaleLayout::linear, ScaleLayout::linear}, OutputType::f32, seed);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+// Both weight layouts x both weight scale layouts x both activation scale layouts x every
+// output type, on shapes with a partial last window and one with many chunks.
+TEST(DecodeGemm, EveryLayoutAndOutputTypeMatchesTheReference) {
+  REQUIRE_DEVICE();
+  struct Mnk {
+    std::int64_t m, n, k;
+  };
+  std::uint64_t seed = 300;
+  for (Math math : {Math::w4a16, Math::w4a4}) {
+    for (const Mnk s : {Mnk{7, 96, 96}, Mnk{17, 2048, 6144}, Mnk{64, 160, 416}}) {
+      ++seed;
+      const Case c(math, s.m, s.n, s.k, seed, InputDistribution::random);
+      for (WeightLayout wl : {WeightLayout::plain, WeightLayout::shuffled}) {
+        const Plan plan = choose_plan(s.m, s.n, s.k, math, wl, device());
+        for (ScaleLayout ws : kLayouts) {
+          for (ScaleLayout as : kLayouts) {
+            if (math == Math::w4a16 && as == ScaleLayout::linear) continue;  // no activation scales
+            for (OutputType out : kOutputs) {
+              check(c, plan, Layouts{wl, ws, as}, out, seed);
+              if (HasFatalFailure()) return;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Exact-grid data: every fp32 partial sum is exact whatever the order, so every configuration and
+// split-K factor must give the reference rounded once, bit for bit.
+TEST(DecodeGemm, ExactGridIsBitExactForEveryConfigAndSplit) {
+  REQUIRE_DEVICE();
+  struct Mnk {
+    std::int64_t m, n, k;
+  };
+  std::uint64_t seed = 400;
+  for (Math math : {Math::w4a16, Math::w4a4}) {
+    for (const Mnk s : {Mnk{1, 32, 32}, Mnk{7, 96, 6144}, Mnk{17, 2048, 1056}, Mnk{64, 256, 2080}}) {
+      ++seed;
+      const Case c(math, s.m, s.n, s.k, seed, InputDistribution::exact_grid);
+      for (int ci = 0; ci < static_cast<int>(tile_configs().size()); ++ci) {
+        if (tile_configs()[static_cast<std::size_t>(ci)].max_m() < s.m) continue;
+        const Plan one = make_plan(s.m, s.n, s.k, math, WeightLayout::shuffled, ci, 1);
+        for (int split : {1, 2, 3, static_cast<int>(one.k_chunks)}) {
+          if (split > one.k_chunks) continue;
+          for (WeightLayout wl : {WeightLayout::plain, WeightLayout::shuffled}) {
+            const Plan plan = make_plan(s.m, s.n, s.k, math, wl, ci, split);
+            check(c, plan, Layouts{wl, ScaleLayout::swizzled_128x4, ScaleLayout::linear}, kOutputs[split % 3], seed);
+            if (HasFatalFailure()) return;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Forced split-K factors on random data stay within the bound.
+TEST(DecodeGemm, ForcedSplitsMatchTheReference) {
+  REQUIRE_DEVICE();
+  std::uint64_t seed = 500;
+  for (Math math : {Math::w4a16, Math::w4a4}) {
+    ++seed;
+    const Case c(math, 16, 2048, 6144, seed, InputDistribution::random);
+    for (int ci = 0; ci < static_cast<int>(tile_configs().size()); ++ci) {
+      if (tile_configs()[static_cast<std::size_t>(ci)].max_m() < 16) continue;
+      const Plan one = make_plan(16, 2048, 6144, math, WeightLayout::shuffled, ci, 1);
+      for (int split : {1, 5, 8, static_cast<int>(one.k_chunks)}) {
+        const Plan plan = make_plan(16, 2048, 6144, math, WeightLayout::shuffled, ci, split);
+        check(c, plan, Layouts{}, OutputType::f32, seed);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+// The same launch repeated (poisoned in between) gives the same bytes: the split-K counters are
+// left at zero by every launch and the reduction order is fixed.
+TEST(DecodeGemm, RepeatedRunsAreBitwiseEqual) {
+  REQUIRE_DEVICE();
+  std::uint64_t seed = 600;
+  for (Math math : {Math::w4a16, Math::w4a4}) {
+    ++seed;
+    const Case c(math, 17, 2048, 6144, seed, InputDistribution::random);
+    for (int split : {1, 7}) {
+      const Plan plan = make_plan(17, 2048, 6144, math, WeightLayout::shuffled, 3, split);
+      DeviceCase dc(c, plan, Layouts{}, OutputType::f32);
+      const std::vector<std::uint8_t> first = dc.run(plan);
+      const VerifyResult v = verify_gemm_output(as_float(first, OutputType::f32).data(), c.ref, 6144, OutputType::f32);
+      ASSERT_TRUE(v.passed) << v.message << " for " << repro(c.label(plan, OutputType::f32), seed);
+      for (int r = 0; r < 4; ++r) {
+        ASSERT_EQ(dc.run(plan), first) << "run " << r + 2 << " differs: " << repro(c.label(plan, OutputType::f32), seed);
+      }
+      if (plan.split_k > 1) {
+        const auto counters = dc.workspace.download();
+        for (std::size_t i = static_cast<std::size_t>(plan.workspace_partial_floats() * 4); i < counters.size(); ++i) {
+          ASSERT_EQ(counters[i], 0) << "split-K counter byte " << i << " left nonzero";
+        }
+      }
+    }
+  }
+}
+
+// launch_gemm captured into a CUDA graph and replayed.
+TEST(DecodeGemm, GraphReplayMatchesTheReference) {
+  REQUIRE_DEVICE();
+  const std::uint64_t seed = 700;
+  const Case c(Math::w4a16, 3, 2048, 6144, seed, InputDistribution::random);
+  const Plan plan = make_plan(3, 2048, 6144, Math::w4a16, WeightLayout::shuffled, 0, 8);
+  DeviceCase dc(c, plan, Layouts{}, OutputType::bf16);
+  prepare_launch(plan);
+  cuda::Stream stream;
+  cudaGraph_t graph = nullptr;
+  CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < 3; ++i) launch_gemm(plan, dc.args, stream.as_void());
+  CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
+  cudaGraphExec_t exec = nullptr;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_CHECK(cudaMemsetAsync(dc.d.get(), 0xFF, dc.d.bytes(), stream.get()));
+  for (int r = 0; r < 3; ++r) CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+  stream.synchronize();
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  const std::vector<float> got = as_float(dc.d.download(), OutputType::bf16);
+  const VerifyResult v = verify_gemm_output(got.data(), c.ref, 6144, OutputType::bf16);
+  ASSERT_TRUE(v.passed) << v.message << " for " << repro(c.label(plan, OutputType::bf16), seed);
+}
+
+TEST(DecodeGemm, LaunchRejectsBadArguments) {
+  REQUIRE_DEVICE();
+  const Plan plan = make_plan(4, 64, 512, Math::w4a16, WeightLayout::shuffled, 0, 2);
+  GemmArgs args;
+  try {
+    launch_gemm(plan, args, nullptr);
+    FAIL() << "null pointers accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("A (bf16 activations) is null [M = 4, N = 64, K = 512"), std::string::npos)
+        << e.what();
+  }
+}
+
+// ---- The backends, through the registry ----
+
+GemmBackend* backend(const char* name) {
+  register_cuda_backends();
+  GemmBackend* b = find_gemm_backend(name);
+  EXPECT_NE(b, nullptr) << name << " is not registered";
+  return b;
+}
+
+TEST(DecodeBackends, SupportSaysWhyNot) {
+  REQUIRE_DEVICE();
+  for (const char* name : {"fp4gap-decode-w4a16", "fp4gap-decode-w4a4"}) {
+    GemmBackend* b = backend(name);
+    ASSERT_NE(b, nullptr);
+    const Math math = std::string(name).find("w4a16") != std::string::npos ? Math::w4a16 : Math::w4a4;
+    EXPECT_TRUE(b->supports(problem_of(math, 64, 4096, 6144, OutputType::bf16), device()).is_ok()) << name;
+    const Status big = b->supports(problem_of(math, 65, 4096, 6144, OutputType::bf16), device());
+    EXPECT_EQ(big.code, StatusCode::not_supported) << name;
+    EXPECT_NE(big.reason.find("decode kernel serves M <= 64"), std::string::npos) << big.reason;
+    GemmProblem wrong = problem_of(math, 4, 64, 64, OutputType::bf16);
+    wrong.a_format = math == Math::w4a16 ? OperandFormat::nvfp4 : OperandFormat::bf16;
+    EXPECT_EQ(b->supports(wrong, device()).code, StatusCode::not_supported) << name;
+  }
+  EXPECT_EQ(backend("fp4gap-decode-w4a4")->supports(problem_of(Math::w4a4, 4, 48, 64, OutputType::f16), device()).code,
+            StatusCode::invalid_problem);
+}
+
+// prepare() on two input sets, poison, run each set, verify against the runner's own operands.
+TEST(DecodeBackends, RunnersMatchTheReferenceOnEverySet) {
+  REQUIRE_DEVICE();
+  std::uint64_t seed = 800;
+  for (const char* name : {"fp4gap-decode-w4a16", "fp4gap-decode-w4a4"}) {
+    GemmBackend* b = backend(name);
+    ASSERT_NE(b, nullptr);
+    const Math math = std::string(name).find("w4a16") != std::string::npos ? Math::w4a16 : Math::w4a4;
+    for (OutputType out : kOutputs) {
+      ++seed;
+      const GemmProblem p = problem_of(math, 5, 2048, 6144, out);
+      ASSERT_TRUE(b->supports(p, device()).is_ok());
+      const GemmInputs in = make_gemm_inputs(p, seed);
+      auto runner = b->prepare(in, 2);
+      ASSERT_EQ(runner->input_sets(), 2);
+      EXPECT_FALSE(runner->config().empty());
+      const ReferenceResult ref = reference_gemm(runner->a_operand(), runner->b_operand(), runner->alpha());
+      runner->poison_output();
+      for (int set = 0; set < 2; ++set) {
+        const std::vector<float> poisoned = runner->read_output(set);
+        EXPECT_TRUE(poisoned[0] != poisoned[0]) << "poison_output left a number in set " << set;
+      }
+      cuda::Stream stream;
+      for (int set = 0; set < 2; ++set) runner->run(set, stream.as_void());
+      stream.synchronize();
+      for (int set = 0; set < 2; ++set) {
+        const std::vector<float> got = runner->read_output(set);
+        const VerifyResult v = verify_gemm_output(got.data(), ref, p.k, out);
+        ASSERT_TRUE(v.passed) << v.message << " for " << repro(std::string(name) + " set " + std::to_string(set) + " " +
+                                                                   runner->config(), seed);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fp4gap::decode

@@ -9,6 +9,7 @@ void register_all_gpu_backends() {
   // ---- other engineers: append your register_<x>_backends(); call below this line ----
   register_gpu_reference_backends();
   register_decode_backends();
+  register_prefill_backends();
 }
 
 }  // namespace fp4gap

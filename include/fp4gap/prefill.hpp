@@ -1,0 +1,223 @@
+#pragma once
+// Prefill GEMM on Hopper (sm_90a): the host-side contract of the wgmma NVFP4 kernels in
+// src/cuda/prefill. Tile configurations and their shared-memory feasibility, the dispatch policy,
+// the packed weight layout the kernels read, and the FP4 -> BF16 dequantization arithmetic the
+// kernels run. The arithmetic is host/device so that host tests check it exhaustively.
+//
+// Operand roles. The problem is D[M, N] = alpha * A[M, K] * B[N, K]^T with B the NVFP4 weight.
+// The kernels compute D^T = B * A^T: the weight is wgmma's A operand, dequantized into registers
+// ("A from registers"), and the bf16 activations are wgmma's B operand, read from shared memory.
+// So a CTA tile is kBlockN weight rows (two consumer warpgroups x wgmma M = 64) by block_m
+// activation rows (wgmma N) by kBlockK.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "fp4gap/backend.hpp"
+#include "fp4gap/detail/host_device.hpp"
+#include "fp4gap/format.hpp"
+#include "fp4gap/numeric.hpp"
+#include "fp4gap/problem.hpp"
+#include "fp4gap/quantize.hpp"
+#include "fp4gap/status.hpp"
+
+namespace fp4gap::prefill {
+
+inline constexpr int kBlockN = 128;  // weight rows per CTA: 2 consumer warpgroups x 64
+inline constexpr int kBlockK = 64;   // 64 bf16 = one 128-byte swizzle row of activations
+inline constexpr int kConsumerWarpgroups = 2;
+inline constexpr int kThreadsPerCta = 128 * (kConsumerWarpgroups + 1);  // + 1 producer warpgroup
+// One packed weight chunk (kBlockN rows x kBlockK columns): codes then scales, contiguous so that
+// one bulk copy moves it.
+inline constexpr int kChunkCodeBytes = kBlockN * kBlockK / 2;            // 4096
+inline constexpr int kChunkScaleBytes = kBlockN * (kBlockK / kBlockSize);  // 512
+inline constexpr int kChunkBytes = kChunkCodeBytes + kChunkScaleBytes;
+// Largest split-K factor: split CTAs of one tile form a thread-block cluster and reduce their
+// partial sums through distributed shared memory; 8 is the portable cluster size limit.
+inline constexpr int kMaxSplitK = 8;
+
+// ---- Tile configurations ----
+
+// One compiled kernel instantiation. The list is closed (prefill_tile_configs()): each entry is a
+// template instantiation in src/cuda/prefill/prefill_gemm.cu.
+struct TileConfig {
+  int block_m = 256;  // activation rows per CTA (the wgmma N): 128 or 256
+  int stages = 6;     // shared-memory pipeline depth
+
+  // e.g. "sm90a bf16 x nvfp4 m256n128k64 6 stages"
+  std::string name() const;
+  // Dynamic shared memory the kernel requests: the stage ring, its barriers, 1 KB of alignment
+  // slack (the 128-byte swizzle needs 1024-byte aligned tiles).
+  std::int64_t smem_bytes() const;
+  // Shared memory a split-K reduction needs to hold one CTA's fp32 partial tile; it reuses the
+  // stage ring, so it must fit in it.
+  std::int64_t partial_tile_bytes() const;
+  // Bytes of one pipeline stage: the activation tile plus one packed weight chunk.
+  std::int64_t stage_bytes() const;
+};
+
+const std::vector<TileConfig>& tile_configs();
+
+// ok, or not_supported naming the bytes needed and available.
+Status check_tile_config(const TileConfig& c, const DeviceContext& device);
+
+// ---- Dispatch policy (plain C++, host-tested) ----
+
+struct Plan {
+  TileConfig config;
+  int split_k = 1;           // CTAs sharing one output tile along K (a cluster of split_k)
+  std::int64_t m_tiles = 0;  // ceil(M / block_m)
+  std::int64_t n_tiles = 0;  // ceil(N / kBlockN)
+  std::int64_t k_blocks = 0; // ceil(K / kBlockK)
+  std::int64_t ctas() const { return m_tiles * n_tiles * split_k; }
+  std::string describe() const;  // config name plus split, e.g. "... 6 stages, split-k 4"
+};
+
+// CTAs of `config` that run at once when launched in clusters of `split` (one CTA per SM: the
+// stage ring fills shared memory; a cluster must fit inside one GPC, so this can be below the SM
+// count). The CUDA library answers it from the occupancy API.
+using ConcurrentCtas = std::function<int(const TileConfig& config, int split)>;
+
+// Without a device to ask: floor(sm_count / split) * split.
+int default_concurrent_ctas(const DeviceContext& device, int split);
+
+// Chooses the tile and split-K factor for a problem on a device by a simple cost model: waves of
+// concurrent CTAs times the per-CTA work, with a per-tile efficiency for the narrower tile and a
+// cost per split for the reduction. Only feasible configurations are considered; throws
+// InvalidArgument when none fits (the message names the shared memory available).
+Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, const DeviceContext& device,
+                 const ConcurrentCtas& concurrent = {});
+
+// A plan for an explicit configuration and split (tests and the tuner); throws InvalidArgument
+// when split_k is outside [1, kMaxSplitK].
+Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, const TileConfig& config, int split_k);
+
+// K blocks [begin, end) that split `s` of `split_k` accumulates; every split gets at most one
+// block more than another, and none is empty while k_blocks >= split_k.
+struct KRange {
+  std::int64_t begin, end;
+};
+FP4GAP_HD constexpr KRange split_k_range(std::int64_t k_blocks, int split_k, int s) {
+  const std::int64_t base = k_blocks / split_k, extra = k_blocks % split_k;
+  const std::int64_t begin = s * base + (s < extra ? s : extra);
+  return {begin, begin + base + (s < extra ? 1 : 0)};
+}
+
+// ---- Packed weight layout ----
+//
+// The weight [N, K] is stored as chunks of kBlockN rows x kBlockK columns, chunk (nt, kb) at byte
+// (nt * k_blocks + kb) * kChunkBytes. Rows >= N and columns >= K are zero codes with zero scales.
+// Inside a chunk:
+//   codes:  4 KB, one 32-bit word per (warpgroup wg, thread tid of the warpgroup, k16 step j) at
+//           byte ((wg * 128 + tid) * 4 + j) * 4, so each consumer thread loads its 4 words with
+//           one 16-byte load. The word holds the 8 codes of the thread's wgmma A fragment for
+//           step j: with warp w = tid / 32, g = (tid % 32) / 4, t = tid % 4, rows
+//           r0 = 64 wg + 16 w + g and r1 = r0 + 8 of the chunk, and k = 16 j:
+//             byte 0 = packed byte (r0, k/2 + t)      codes of columns k+2t, k+2t+1
+//             byte 1 = packed byte (r1, k/2 + t)
+//             byte 2 = packed byte (r0, k/2 + 4 + t)  codes of columns k+2t+8, k+2t+9
+//             byte 3 = packed byte (r1, k/2 + 4 + t)
+//           (a "packed byte" is the SPEC packing: even column in the low nibble).
+//   scales: 512 bytes at kChunkCodeBytes, [128 rows][4 scale blocks] E4M3, row-major.
+struct PackedWeights {
+  std::int64_t n = 0, k = 0;
+  std::int64_t n_tiles = 0, k_blocks = 0;
+  std::vector<std::uint8_t> bytes;
+};
+// Accepts either scale layout. Throws InvalidArgument when cols % 16 != 0 or the arrays are
+// shorter than the shape says.
+PackedWeights pack_weights(const Nvfp4Matrix& w);
+
+FP4GAP_HD constexpr std::int64_t chunk_offset(std::int64_t nt, std::int64_t kb, std::int64_t k_blocks) {
+  return (nt * k_blocks + kb) * kChunkBytes;
+}
+FP4GAP_HD constexpr int chunk_code_word_offset(int wg, int tid, int j) { return ((wg * 128 + tid) * 4 + j) * 4; }
+FP4GAP_HD constexpr int chunk_scale_offset(int row, int j) { return kChunkCodeBytes + row * 4 + j; }
+
+// ---- FP4 -> BF16 dequantization (exact), shared verbatim by the kernels and the host tests ----
+
+// byte_perm(a, b, s): byte i of the result is byte (s >> 4i) & 7 of the 8-byte value b:a (a holds
+// bytes 0..3). The PRMT instruction on the device.
+FP4GAP_HD std::uint32_t byte_perm(std::uint32_t a, std::uint32_t b, std::uint32_t s) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(a, b, s);
+#else
+  const std::uint64_t pool = (static_cast<std::uint64_t>(b) << 32) | a;
+  std::uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) {
+    const std::uint32_t sel = (s >> (4 * i)) & 7u;
+    r |= static_cast<std::uint32_t>((pool >> (8 * sel)) & 0xFFu) << (8 * i);
+  }
+  return r;
+#endif
+}
+
+// Two bf16 multiplied lane-wise, rounded to nearest even. Used here only on products that are
+// exact (E2M1 value x E4M3 scale: at most 6 significant bits, within [2^-10, 2688]).
+FP4GAP_HD std::uint32_t bf16x2_mul(std::uint32_t a, std::uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  std::uint32_t d;
+#if __CUDA_ARCH__ >= 900
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+#else
+  // -0.0 as the addend keeps the sign of a negative-zero product.
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+#endif
+  return d;
+#else
+  const float lo = bits_float(a << 16) * bits_float(b << 16);
+  const float hi = bits_float(a & 0xFFFF0000u) * bits_float(b & 0xFFFF0000u);
+  return static_cast<std::uint32_t>(float_to_bf16(lo)) | (static_cast<std::uint32_t>(float_to_bf16(hi)) << 16);
+#endif
+}
+
+// The E4M3 scale `byte` as a bf16 in both halves of a 32-bit word (exact: 4 significant bits).
+// The 7 exponent+mantissa bits placed at float bits 26..20 give scale * 2^-120 exactly, E4M3
+// subnormals landing on float subnormals; the multiply by 2^120 is exact. Needs float subnormals
+// (nvcc's default -ftz=false). The NaN byte 0x7F never occurs in quantized data.
+FP4GAP_HD std::uint32_t e4m3_to_bf16x2(std::uint32_t byte) {
+  const float f = bits_float(((byte & 0x80u) << 24) | ((byte & 0x7Fu) << 20)) * 0x1p120f;
+  const std::uint32_t u = float_bits(f);
+  return (u & 0xFFFF0000u) | (u >> 16);
+}
+
+// BF16 encodings of the E2M1 magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 (0x0000, 0x3F00, 0x3F80,
+// 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0), split into a low-byte and a high-byte table of 8
+// entries each, as the two source registers of a byte permute.
+inline constexpr std::uint32_t kE2m1Bf16Low0 = 0xC0800000u;   // magnitudes 3..0
+inline constexpr std::uint32_t kE2m1Bf16Low1 = 0xC0804000u;   // magnitudes 7..4
+inline constexpr std::uint32_t kE2m1Bf16High0 = 0x3F3F3F00u;
+inline constexpr std::uint32_t kE2m1Bf16High1 = 0x40404040u;
+
+// Dequantizes the 8 E2M1 codes of `q` (code i in bits 4i..4i+3) into 4 bf16x2 words:
+// out[p] = {code 2p, code 2p+1} (low half first), times `scale_even` for p = 0, 2 and
+// `scale_odd` for p = 1, 3 (bf16x2 broadcasts from e4m3_to_bf16x2). Exact: table lookups give the
+// E2M1 values as bf16 (no subnormals), the sign is copied bitwise, and each product is exact.
+FP4GAP_HD void dequant_e2m1x8_bf16(std::uint32_t q, std::uint32_t scale_even, std::uint32_t scale_odd,
+                                   std::uint32_t out[4]) {
+  const std::uint32_t mag = q & 0x77777777u;  // byte-permute selectors must have bit 3 clear
+  const std::uint32_t mag_hi = mag >> 16;
+  const std::uint32_t lo_a = byte_perm(kE2m1Bf16Low0, kE2m1Bf16Low1, mag);
+  const std::uint32_t hi_a = byte_perm(kE2m1Bf16High0, kE2m1Bf16High1, mag);
+  const std::uint32_t lo_b = byte_perm(kE2m1Bf16Low0, kE2m1Bf16Low1, mag_hi);
+  const std::uint32_t hi_b = byte_perm(kE2m1Bf16High0, kE2m1Bf16High1, mag_hi);
+  // Interleave low and high bytes: {lo0, hi0, lo1, hi1} and {lo2, hi2, lo3, hi3}.
+  std::uint32_t v0 = byte_perm(lo_a, hi_a, 0x5140u);
+  std::uint32_t v1 = byte_perm(lo_a, hi_a, 0x7362u);
+  std::uint32_t v2 = byte_perm(lo_b, hi_b, 0x5140u);
+  std::uint32_t v3 = byte_perm(lo_b, hi_b, 0x7362u);
+  // Signs: byte b of q holds codes 2b (sign at bit 3) and 2b+1 (sign at bit 7); in q << 4 the sign
+  // of code 2b is at bit 7 of byte b. One permute moves both signs of a pair to bits 15 and 31.
+  const std::uint32_t qs = q << 4;
+  v0 |= byte_perm(q, qs, 0x0040u) & 0x80008000u;
+  v1 |= byte_perm(q, qs, 0x1050u) & 0x80008000u;
+  v2 |= byte_perm(q, qs, 0x2060u) & 0x80008000u;
+  v3 |= byte_perm(q, qs, 0x3070u) & 0x80008000u;
+  out[0] = bf16x2_mul(v0, scale_even);
+  out[1] = bf16x2_mul(v1, scale_odd);
+  out[2] = bf16x2_mul(v2, scale_even);
+  out[3] = bf16x2_mul(v3, scale_odd);
+}
+
+}  // namespace fp4gap::prefill

@@ -1,0 +1,401 @@
+// Hopper (sm_90a) NVFP4 prefill GEMM: D[M, N] = alpha * A[M, K] * W[N, K]^T with bf16 activations A
+// and an NVFP4 weight W, exact on BF16 tensor cores (every E2M1 x E4M3 product is a bf16).
+//
+// The kernel computes D^T = W * A^T so that the weight is wgmma's register operand: each consumer
+// thread dequantizes its own A fragment (8 codes, 2 scales per k16 step) straight into registers,
+// and nothing dequantized ever goes through shared memory. The activations are wgmma's shared-memory
+// operand, loaded by the tensor copy engine with the 128-byte swizzle.
+//
+// CTA = 3 warpgroups. Warpgroup 2 (producer, one thread) fills a ring of `STAGES` stages, each one
+// activation tile [BM rows][64 k] (TMA) plus one packed weight chunk [128 rows][64 k] (one bulk
+// copy), completing on the stage's "full" mbarrier. Warpgroups 0 and 1 (consumers) each own 64
+// weight rows: per k16 step they dequantize, issue wgmma m64nBMk16 and keep one wgmma in flight
+// while dequantizing the next step; each consumer warp arrives on the stage's "empty" mbarrier once
+// its wgmmas reading the stage have completed. Split-K CTAs of one tile form a cluster and add their
+// fp32 partial tiles in a fixed order through distributed shared memory (deterministic).
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cuda/common.cuh"
+#include "cuda/prefill/prefill_gemm.cuh"
+#include "cuda/prefill/prefill_ptx.cuh"
+#include "fp4gap/prefill.hpp"
+
+namespace fp4gap::prefill {
+namespace {
+
+constexpr int kProducerRegisters = 40;
+constexpr int kConsumerRegisters = 232;  // 2 x 128 x 232 + 128 x 40 <= 65536
+
+#if FP4GAP_PREFILL_SM90A
+
+template <int BM>
+struct Wgmma;
+template <>
+struct Wgmma<128> {
+  static __device__ __forceinline__ void mma(float (&d)[64], const std::uint32_t (&a)[4], std::uint64_t desc) {
+    ptx::wgmma_m64n128k16_rs(d, a, desc);
+  }
+};
+template <>
+struct Wgmma<256> {
+  static __device__ __forceinline__ void mma(float (&d)[128], const std::uint32_t (&a)[4], std::uint64_t desc) {
+    ptx::wgmma_m64n256k16_rs(d, a, desc);
+  }
+};
+
+__device__ __forceinline__ void store_output(void* out, OutputType type, std::int64_t idx, float v) {
+  switch (type) {
+    case OutputType::f32: static_cast<float*>(out)[idx] = v; break;
+    case OutputType::bf16: static_cast<__nv_bfloat16*>(out)[idx] = __float2bfloat16_rn(v); break;
+    case OutputType::f16: static_cast<__half*>(out)[idx] = __float2half_rn(v); break;
+  }
+}
+
+// Writes one accumulator quad of the wgmma D fragment: v = (row n, col c), (n, c + 1),
+// (n + 8, c), (n + 8, c + 1) of D^T, i.e. D[c][n] ... D[c + 1][n + 8].
+__device__ __forceinline__ void store_quad(void* out, OutputType type, int m, int n, int col, int row,
+                                           float4 v, float alpha) {
+  const float vals[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int c = col + (e & 1);
+    const int r = row + ((e >> 1) << 3);
+    if (c < m && r < n) store_output(out, type, static_cast<std::int64_t>(c) * n + r, alpha * vals[e]);
+  }
+}
+
+#endif  // FP4GAP_PREFILL_SM90A
+
+template <int BM, int STAGES>
+__global__ void __launch_bounds__(kThreadsPerCta, 1)
+    prefill_gemm_kernel(const __grid_constant__ CUtensorMap act_map, const std::uint8_t* __restrict__ weights,
+                        void* __restrict__ out, OutputType out_type, int m, int n, int k_blocks, int split_k,
+                        float alpha) {
+#if FP4GAP_PREFILL_SM90A
+  constexpr int kActStageBytes = BM * kBlockK * 2;
+  constexpr int kAcc = BM / 2;  // fp32 accumulators per consumer thread (m64 x BM / 128 threads)
+
+  extern __shared__ std::uint8_t smem_raw[];
+  const std::uint32_t raw_addr = ptx::smem_addr(smem_raw);
+  const std::uint32_t base = (raw_addr + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1 KB
+  std::uint8_t* const base_ptr = smem_raw + (base - raw_addr);
+  const std::uint32_t act_smem = base;
+  const std::uint32_t wgt_offset = STAGES * kActStageBytes;
+  const std::uint32_t bar_base = base + wgt_offset + STAGES * kChunkBytes;
+  auto full_bar = [&](int s) { return bar_base + 8u * s; };
+  auto empty_bar = [&](int s) { return bar_base + 8u * (STAGES + s); };
+
+  const int split = split_k > 1 ? static_cast<int>(ptx::cluster_rank()) : 0;
+  const int tile = static_cast<int>(blockIdx.x) / split_k;
+  const int n_tiles = (n + kBlockN - 1) / kBlockN;
+  const int nt = tile % n_tiles;
+  const int mt = tile / n_tiles;
+  const KRange kr = split_k_range(k_blocks, split_k, split);
+  const int iters = static_cast<int>(kr.end - kr.begin);
+
+  const int warpgroup = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      ptx::mbarrier_init(full_bar(s), 1);                             // the producer's arrive + bytes
+      ptx::mbarrier_init(empty_bar(s), kConsumerWarpgroups * 4);      // one arrive per consumer warp
+    }
+    ptx::fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (warpgroup == kConsumerWarpgroups) {
+    // ---- producer ----
+    ptx::release_registers<kProducerRegisters>();
+    if (threadIdx.x == kConsumerWarpgroups * 128) {
+      ptx::prefetch_tensor_map(&act_map);
+      for (int it = 0; it < iters; ++it) {
+        const int s = it % STAGES;
+        const int kb = static_cast<int>(kr.begin) + it;
+        ptx::mbarrier_wait(empty_bar(s), ((it / STAGES) & 1) ^ 1);
+        ptx::mbarrier_arrive_expect_tx(full_bar(s), kActStageBytes + kChunkBytes);
+        ptx::tma_load_2d(act_smem + s * kActStageBytes, &act_map, full_bar(s), kb * kBlockK, mt * BM);
+        ptx::bulk_load(base + wgt_offset + s * kChunkBytes, weights + chunk_offset(nt, kb, k_blocks), kChunkBytes,
+                       full_bar(s));
+      }
+    }
+    if (split_k > 1) {
+      ptx::cluster_sync();  // partial tiles written (see the consumers)
+      ptx::cluster_sync();  // partial tiles read
+    }
+  } else {
+    // ---- consumers ----
+    ptx::claim_registers<kConsumerRegisters>();
+    const int tid = threadIdx.x % 128;
+    const int warp = tid / 32, lane = tid % 32;
+    const int g = lane / 4, t = lane % 4;
+    const int frag_row = 64 * warpgroup + 16 * warp + g;  // this thread's first weight row in the tile
+
+    float acc[kAcc];
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+    std::uint32_t frag[2][4];
+
+    for (int it = 0; it < iters; ++it) {
+      const int s = it % STAGES;
+      ptx::mbarrier_wait(full_bar(s), (it / STAGES) & 1);
+      const std::uint8_t* chunk = base_ptr + wgt_offset + s * kChunkBytes;
+      const uint4 codes = *reinterpret_cast<const uint4*>(chunk + chunk_code_word_offset(warpgroup, tid, 0));
+      const std::uint32_t scales_lo = *reinterpret_cast<const std::uint32_t*>(chunk + chunk_scale_offset(frag_row, 0));
+      const std::uint32_t scales_hi =
+          *reinterpret_cast<const std::uint32_t*>(chunk + chunk_scale_offset(frag_row + 8, 0));
+      const std::uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
+      const std::uint32_t act = act_smem + s * kActStageBytes;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        std::uint32_t(&a)[4] = frag[j & 1];
+        dequant_e2m1x8_bf16(words[j], e4m3_to_bf16x2((scales_lo >> (8 * j)) & 0xFFu),
+                            e4m3_to_bf16x2((scales_hi >> (8 * j)) & 0xFFu), a);
+        ptx::wgmma_fence();
+        Wgmma<BM>::mma(acc, a, ptx::sw128_kmajor_desc(act + 32u * j));
+        ptx::wgmma_commit();
+        // The previous step's wgmma is complete: its fragment registers may be overwritten next.
+        ptx::wgmma_wait<1>();
+        if (j == 0 && it > 0 && lane == 0) ptx::mbarrier_arrive(empty_bar((it - 1) % STAGES));
+      }
+    }
+    ptx::wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) ptx::fence_register(acc[i]);
+
+    const int n_row = nt * kBlockN + frag_row;
+    const int m_col = mt * BM + 2 * t;
+    if (split_k == 1) {
+#pragma unroll
+      for (int i = 0; i < kAcc / 4; ++i) {
+        store_quad(out, out_type, m, n, m_col + 8 * i, n_row,
+                   make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]), alpha);
+      }
+    } else {
+      // The partial tile reuses the stage ring: both consumer warpgroups must be done reading it.
+      ptx::named_barrier(1, kConsumerWarpgroups * 128);
+      float4* partial = reinterpret_cast<float4*>(base_ptr);
+      const int thread = warpgroup * 128 + tid;
+#pragma unroll
+      for (int i = 0; i < kAcc / 4; ++i) {
+        partial[i * (kConsumerWarpgroups * 128) + thread] =
+            make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
+      }
+      ptx::cluster_sync();
+      // This CTA reduces its share of the accumulator quads, adding the partials of ranks 0, 1, ...
+      // in that order whatever the rank: the sum is the same bits on every run.
+      const KRange share = split_k_range(kAcc / 4, split_k, split);
+      for (int i = static_cast<int>(share.begin); i < static_cast<int>(share.end); ++i) {
+        const std::uint32_t local = ptx::smem_addr(&partial[i * (kConsumerWarpgroups * 128) + thread]);
+        float4 sum = ptx::load_cluster_f4(ptx::map_to_rank(local, 0));
+        for (int q = 1; q < split_k; ++q) {
+          const float4 v = ptx::load_cluster_f4(ptx::map_to_rank(local, static_cast<std::uint32_t>(q)));
+          sum.x += v.x;
+          sum.y += v.y;
+          sum.z += v.z;
+          sum.w += v.w;
+        }
+        store_quad(out, out_type, m, n, m_col + 8 * i, n_row, sum, alpha);
+      }
+      ptx::cluster_sync();  // no CTA leaves while another still reads its shared memory
+    }
+  }
+#else
+  // Built without sm_90a: kernels_available() reports it before anything launches this.
+  (void)weights, (void)out, (void)out_type, (void)m, (void)n, (void)k_blocks, (void)split_k, (void)alpha;
+  __trap();
+#endif
+}
+
+// Writes 1 when the device code of this file was built for sm_90a.
+__global__ void sm90a_probe_kernel(int* flag) { *flag = FP4GAP_PREFILL_SM90A; }
+
+// One 16-element NVFP4 block per thread: 8 code bytes and one scale in, 32 bytes of bf16 out.
+__global__ void dequantize_bf16_kernel(const std::uint8_t* __restrict__ codes, const std::uint8_t* __restrict__ scales,
+                                       std::uint16_t* __restrict__ out, std::int64_t blocks) {
+  const std::int64_t b = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (b >= blocks) return;
+  const uint2 c = *reinterpret_cast<const uint2*>(codes + b * 8);
+  const std::uint32_t s = e4m3_to_bf16x2(scales[b]);
+  std::uint32_t v[8];
+  dequant_e2m1x8_bf16(c.x, s, s, v);
+  dequant_e2m1x8_bf16(c.y, s, s, v + 4);
+  uint4* dst = reinterpret_cast<uint4*>(out + b * 16);
+  dst[0] = make_uint4(v[0], v[1], v[2], v[3]);
+  dst[1] = make_uint4(v[4], v[5], v[6], v[7]);
+}
+
+using KernelFn = void (*)(CUtensorMap, const std::uint8_t*, void*, OutputType, int, int, int, int, float);
+
+KernelFn kernel_for(const TileConfig& c) {
+  if (c.block_m == 256 && c.stages == 6) return prefill_gemm_kernel<256, 6>;
+  if (c.block_m == 128 && c.stages == 8) return prefill_gemm_kernel<128, 8>;
+  throw InvalidArgument("no prefill kernel compiled for " + c.name() + " (see prefill_tile_configs())");
+}
+
+// Raises the kernel's dynamic shared-memory limit once per process (not a stream operation, so
+// it must not first happen inside a graph capture: the runners call it when they prepare).
+void ensure_smem_attribute(const TileConfig& c) {
+  static std::mutex mutex;
+  static std::vector<KernelFn> done;
+  const KernelFn fn = kernel_for(c);
+  std::lock_guard<std::mutex> lock(mutex);
+  for (KernelFn d : done) {
+    if (d == fn) return;
+  }
+  CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(c.smem_bytes())));
+  done.push_back(fn);
+}
+
+}  // namespace
+
+Status kernels_available() {
+  static std::once_flag once;
+  static Status status;
+  std::call_once(once, [] {
+    int dev = 0;
+    cudaDeviceProp prop{};
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());
+      status = Status::not_supported("no CUDA device");
+      return;
+    }
+    if (prop.major != 9 || prop.minor != 0) {
+      std::ostringstream os;
+      os << "needs wgmma (sm_90a): " << prop.name << " is compute capability " << prop.major << "." << prop.minor;
+      status = Status::not_supported(os.str());
+      return;
+    }
+    int* flag = nullptr;
+    int host_flag = 0;
+    cudaError_t err = cudaMalloc(&flag, sizeof(int));
+    if (err == cudaSuccess) {
+      sm90a_probe_kernel<<<1, 1>>>(flag);
+      err = cudaGetLastError();
+      if (err == cudaSuccess) err = cudaMemcpy(&host_flag, flag, sizeof(int), cudaMemcpyDeviceToHost);
+      static_cast<void>(cudaFree(flag));
+    }
+    if (err != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());
+      status = Status::not_supported(std::string("prefill kernels not loadable on this device: ") +
+                                     cudaGetErrorString(err));
+      return;
+    }
+    if (host_flag != 1) {
+      status = Status::not_supported(
+          "needs wgmma (sm_90a): this build has no sm_90a device code (add 90a to CMAKE_CUDA_ARCHITECTURES)");
+      return;
+    }
+    status = Status::ok();
+  });
+  return status;
+}
+
+int concurrent_ctas(const TileConfig& config, int split) {
+  if (split < 1 || split > kMaxSplitK) {
+    throw InvalidArgument("concurrent_ctas: split outside [1, " + std::to_string(kMaxSplitK) +
+                          "]: split = " + std::to_string(split));
+  }
+  ensure_smem_attribute(config);
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  struct Entry {
+    int dev, block_m, stages, split, ctas;
+  };
+  static std::mutex mutex;
+  static std::vector<Entry> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  for (const Entry& e : cache) {
+    if (e.dev == dev && e.block_m == config.block_m && e.stages == config.stages && e.split == split) return e.ctas;
+  }
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(split * 1024));
+  cfg.blockDim = dim3(kThreadsPerCta);
+  cfg.dynamicSmemBytes = static_cast<std::size_t>(config.smem_bytes());
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = static_cast<unsigned>(split);
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  int clusters = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel_for(config), &cfg));
+  cache.push_back({dev, config.block_m, config.stages, split, clusters * split});
+  return clusters * split;
+}
+
+void prepare_launch(const Plan& plan) { ensure_smem_attribute(plan.config); }
+
+CUtensorMap make_activation_map(const void* act_bf16, std::int64_t m, std::int64_t k, int block_m) {
+  using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static EncodeTiled encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult query{};
+    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &query));
+    if (query != cudaDriverEntryPointSuccess || fn == nullptr) {
+      throw RuntimeError("cuTensorMapEncodeTiled is not available from the CUDA driver");
+    }
+    return reinterpret_cast<EncodeTiled>(fn);
+  }();
+  if ((k * 2) % 16 != 0 || m < 1) {
+    std::ostringstream os;
+    os << "activation tensor map needs m >= 1 and k * 2 % 16 == 0: m = " << m << ", k = " << k;
+    throw InvalidArgument(os.str());
+  }
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(m)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * 2};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kBlockK), static_cast<cuuint32_t>(block_m)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(act_bf16), dims, strides,
+                            box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    std::ostringstream os;
+    os << "cuTensorMapEncodeTiled failed (CUresult " << static_cast<int>(r) << ") for bf16 [" << m << ", " << k
+       << "], box " << kBlockK << " x " << block_m;
+    throw RuntimeError(os.str());
+  }
+  return map;
+}
+
+void launch_gemm(const Plan& plan, const CUtensorMap& act_map, const std::uint8_t* packed, void* out,
+                 OutputType out_type, std::int64_t m, std::int64_t n, float alpha, cudaStream_t stream) {
+  prepare_launch(plan);
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(plan.ctas()));
+  cfg.blockDim = dim3(kThreadsPerCta);
+  cfg.dynamicSmemBytes = static_cast<std::size_t>(plan.config.smem_bytes());
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = static_cast<unsigned>(plan.split_k);
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel_for(plan.config), act_map, packed, out, out_type, static_cast<int>(m),
+                                static_cast<int>(n), static_cast<int>(plan.k_blocks), plan.split_k, alpha));
+}
+
+void launch_dequantize_bf16(const std::uint8_t* codes, const std::uint8_t* scales, std::uint16_t* out,
+                            std::int64_t m, std::int64_t k, cudaStream_t stream) {
+  const std::int64_t blocks = m * (k / kBlockSize);
+  if (blocks == 0) return;
+  constexpr unsigned kThreads = 256;
+  dequantize_bf16_kernel<<<cuda::grid_size_1d(blocks, kThreads), kThreads, 0, stream>>>(codes, scales, out, blocks);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace fp4gap::prefill

@@ -1,0 +1,43 @@
+#pragma once
+// Host entry points of the Hopper prefill kernels (prefill_gemm.cu), used by
+// src/backends/prefill_backends.cu and the device tests.
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "fp4gap/prefill.hpp"
+#include "fp4gap/problem.hpp"
+#include "fp4gap/status.hpp"
+
+namespace fp4gap::prefill {
+
+// ok when this binary holds the sm_90a kernels and the current device can run them; otherwise
+// not_supported with the reason (checked once per process by launching a probe kernel).
+Status kernels_available();
+
+// CTAs of `config` that can run at once in clusters of `split` on the current device (clusters
+// must fit inside one GPC, so this can be less than the SM count), from the occupancy API; cached.
+// Sets the kernel's shared-memory attribute first.
+int concurrent_ctas(const TileConfig& config, int split);
+
+// Sets the kernel's dynamic shared-memory limit and loads it: call before capturing a launch of
+// `plan` into a graph. launch_gemm calls it too.
+void prepare_launch(const Plan& plan);
+
+// Tensor map of a row-major [m, k] bf16 activation matrix, boxes of kBlockK x block_m with the
+// 128-byte swizzle (rows beyond m read as zeros). k * 2 must be a multiple of 16.
+CUtensorMap make_activation_map(const void* act_bf16, std::int64_t m, std::int64_t k, int block_m);
+
+// D[m, n] = alpha * A * W^T on `stream`. `act_map` from make_activation_map(.., plan.config.block_m);
+// `packed` from pack_weights (uploaded); `out` row-major [m, n] of `out_type`. Graph-capturable.
+void launch_gemm(const Plan& plan, const CUtensorMap& act_map, const std::uint8_t* packed, void* out,
+                 OutputType out_type, std::int64_t m, std::int64_t n, float alpha, cudaStream_t stream);
+
+// Exact NVFP4 -> bf16 dequantization of a row-major [m, k] matrix with LINEAR scales (no global
+// scale): out = e2m1 * e4m3. k % 16 == 0. Graph-capturable.
+void launch_dequantize_bf16(const std::uint8_t* codes, const std::uint8_t* scales, std::uint16_t* out,
+                            std::int64_t m, std::int64_t k, cudaStream_t stream);
+
+}  // namespace fp4gap::prefill

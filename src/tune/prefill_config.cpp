@@ -1,0 +1,146 @@
+// Tile configurations of the Hopper prefill kernels, their shared-memory feasibility, and the
+// dispatch policy choosing a tile and split-K factor per shape.
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "fp4gap/prefill.hpp"
+
+namespace fp4gap::prefill {
+
+std::string TileConfig::name() const {
+  std::ostringstream os;
+  os << "sm90a bf16 x nvfp4 m" << block_m << "n" << kBlockN << "k" << kBlockK << " " << stages << " stages";
+  return os.str();
+}
+
+std::int64_t TileConfig::stage_bytes() const {
+  return static_cast<std::int64_t>(block_m) * kBlockK * 2 + kChunkBytes;
+}
+
+std::int64_t TileConfig::smem_bytes() const {
+  const std::int64_t barriers = 2 * static_cast<std::int64_t>(stages) * 8;  // full + empty mbarriers
+  return stages * stage_bytes() + barriers + 1024;
+}
+
+std::int64_t TileConfig::partial_tile_bytes() const {
+  // Each of the 2 x 128 consumer threads holds block_m / 2 fp32 accumulators.
+  return static_cast<std::int64_t>(kConsumerWarpgroups) * 128 * (block_m / 2) * 4;
+}
+
+const std::vector<TileConfig>& tile_configs() {
+  // Must match the instantiations in src/cuda/prefill/prefill_gemm.cu.
+  static const std::vector<TileConfig> configs = {
+      {256, 6},  // 225,376 B of shared memory: the large-M workhorse
+      {128, 8},  // 169,088 B: more tiles for small M
+  };
+  return configs;
+}
+
+Status check_tile_config(const TileConfig& c, const DeviceContext& device) {
+  const std::int64_t need = c.smem_bytes();
+  if (need > device.smem_per_block_optin) {
+    std::ostringstream os;
+    os << c.name() << " needs " << need << " bytes of shared memory per block; " << device.name
+       << " allows " << device.smem_per_block_optin;
+    return Status::not_supported(os.str());
+  }
+  if (c.partial_tile_bytes() > c.stages * c.stage_bytes()) {
+    std::ostringstream os;
+    os << c.name() << ": the split-K partial tile (" << c.partial_tile_bytes()
+       << " bytes) does not fit in the stage ring (" << c.stages * c.stage_bytes() << " bytes)";
+    return Status::not_supported(os.str());
+  }
+  return Status::ok();
+}
+
+std::string Plan::describe() const {
+  std::ostringstream os;
+  os << config.name() << ", split-k " << split_k;
+  return os.str();
+}
+
+Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, const TileConfig& config, int split_k) {
+  if (split_k < 1 || split_k > kMaxSplitK) {
+    std::ostringstream os;
+    os << "split_k outside [1, " << kMaxSplitK << "]: split_k = " << split_k;
+    throw InvalidArgument(os.str());
+  }
+  if (m < 1 || n < 1 || k < 1) {
+    std::ostringstream os;
+    os << "prefill plan needs M, N, K >= 1: M = " << m << ", N = " << n << ", K = " << k;
+    throw InvalidArgument(os.str());
+  }
+  Plan p;
+  p.config = config;
+  p.split_k = split_k;
+  p.m_tiles = ceil_div(m, config.block_m);
+  p.n_tiles = ceil_div(n, kBlockN);
+  p.k_blocks = ceil_div(k, kBlockK);
+  return p;
+}
+
+namespace {
+
+// Cost model, in units of one k-block of a block_m = 256 CTA at full tensor-core rate (~0.55 us
+// on an H200). Estimates to be refit against measurements (docs/KERNELS-prefill.md).
+constexpr double kFillUnits = 3.0;          // pipeline fill and launch, per CTA
+constexpr double kReduceUnitsPer256 = 2.0;  // split-K reduction through DSMEM, per CTA
+double tile_efficiency(int block_m) {
+  // The narrower tile dequantizes the same weights for half the FLOPs.
+  return block_m >= 256 ? 1.0 : 0.85;
+}
+
+double plan_cost(const Plan& p, int concurrent_ctas) {
+  const double waves = static_cast<double>(ceil_div(p.ctas(), concurrent_ctas));
+  const double kb_per_cta = static_cast<double>(ceil_div(p.k_blocks, p.split_k));
+  const double width = p.config.block_m / 256.0;
+  double per_cta = kb_per_cta * width / tile_efficiency(p.config.block_m) + kFillUnits;
+  if (p.split_k > 1) per_cta += kReduceUnitsPer256 * width;
+  return waves * per_cta;
+}
+
+}  // namespace
+
+int default_concurrent_ctas(const DeviceContext& device, int split) {
+  const int sms = device.sm_count > 0 ? device.sm_count : 1;
+  return sms / split * split;
+}
+
+Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, const DeviceContext& device,
+                 const ConcurrentCtas& concurrent) {
+  bool found = false;
+  Plan best;
+  double best_cost = std::numeric_limits<double>::infinity();
+  for (const TileConfig& c : tile_configs()) {
+    if (!check_tile_config(c, device).is_ok()) continue;
+    const std::int64_t k_blocks = ceil_div(k, kBlockK);
+    const int max_split = static_cast<int>(std::min<std::int64_t>(kMaxSplitK, k_blocks));
+    for (int split = 1; split <= max_split; ++split) {
+      const int running = concurrent ? concurrent(c, split) : default_concurrent_ctas(device, split);
+      if (running < split) continue;  // not even one cluster fits
+      const Plan p = make_plan(m, n, k, c, split);
+      const double cost = plan_cost(p, running);
+      // Strictly better only: ties keep the earlier candidate (wider tile, smaller split).
+      if (cost < best_cost * (1.0 - 1e-9)) {
+        best_cost = cost;
+        best = p;
+        found = true;
+      }
+    }
+  }
+  if (!found) {
+    std::int64_t smallest = std::numeric_limits<std::int64_t>::max();
+    for (const TileConfig& c : tile_configs()) smallest = std::min(smallest, c.smem_bytes());
+    std::ostringstream os;
+    os << "no prefill tile configuration fits in " << device.smem_per_block_optin
+       << " bytes of shared memory per block (the smallest needs " << smallest << ")";
+    throw InvalidArgument(os.str());
+  }
+  return best;
+}
+
+}  // namespace fp4gap::prefill

@@ -1,0 +1,134 @@
+// Tile configurations, shared-memory feasibility and the dispatch policy of the Hopper prefill
+// kernels: plain C++, no GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "fp4gap/prefill.hpp"
+
+namespace fp4gap::prefill {
+namespace {
+
+DeviceContext h200() {
+  DeviceContext d;
+  d.available = true;
+  d.name = "NVIDIA H200";
+  d.cc_major = 9;
+  d.cc_minor = 0;
+  d.sm_count = 132;
+  d.smem_per_block_optin = 232448;  // 227 KB
+  return d;
+}
+
+TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
+  const std::vector<TileConfig>& configs = tile_configs();
+  ASSERT_EQ(configs.size(), 2u);
+  EXPECT_EQ(configs[0].name(), "sm90a bf16 x nvfp4 m256n128k64 6 stages");
+  EXPECT_EQ(configs[1].name(), "sm90a bf16 x nvfp4 m128n128k64 8 stages");
+  // stages x (activation tile block_m x 64 x 2 B + weight chunk 4096 + 512 B) + 2 x stages
+  // mbarriers of 8 B + 1 KB alignment slack.
+  EXPECT_EQ(configs[0].smem_bytes(), 6 * (256 * 128 + 4608) + 96 + 1024);
+  EXPECT_EQ(configs[1].smem_bytes(), 8 * (128 * 128 + 4608) + 128 + 1024);
+  EXPECT_EQ(configs[0].partial_tile_bytes(), 256 * 128 * 4);
+}
+
+TEST(PrefillConfig, FeasibilityAgainstTheDeviceLimit) {
+  for (const TileConfig& c : tile_configs()) {
+    const Status s = check_tile_config(c, h200());
+    EXPECT_TRUE(s.is_ok()) << c.name() << ": " << s.reason;
+  }
+  DeviceContext small = h200();
+  small.name = "RTX PRO 6000";
+  small.smem_per_block_optin = 101376;
+  const Status s = check_tile_config(tile_configs()[0], small);
+  EXPECT_EQ(s.code, StatusCode::not_supported);
+  EXPECT_NE(s.reason.find(std::to_string(tile_configs()[0].smem_bytes())), std::string::npos) << s.reason;
+  EXPECT_NE(s.reason.find("101376"), std::string::npos) << s.reason;
+}
+
+TEST(PrefillConfig, SplitRangesPartitionTheKBlocks) {
+  for (std::int64_t kb = 1; kb <= 50; ++kb) {
+    for (int split = 1; split <= kMaxSplitK; ++split) {
+      std::int64_t next = 0, smallest = kb, largest = 0;
+      for (int s = 0; s < split; ++s) {
+        const KRange r = split_k_range(kb, split, s);
+        ASSERT_EQ(r.begin, next) << "k_blocks " << kb << ", split " << split << ", part " << s;
+        ASSERT_GE(r.end, r.begin);
+        next = r.end;
+        smallest = std::min(smallest, r.end - r.begin);
+        largest = std::max(largest, r.end - r.begin);
+      }
+      ASSERT_EQ(next, kb) << "k_blocks " << kb << ", split " << split;
+      ASSERT_LE(largest - smallest, 1) << "k_blocks " << kb << ", split " << split;
+      if (kb >= split) {
+        ASSERT_GE(smallest, 1) << "k_blocks " << kb << ", split " << split;
+      }
+    }
+  }
+}
+
+TEST(PrefillConfig, MakePlanCountsTilesAndRejectsBadSplits) {
+  const Plan p = make_plan(129, 200, 96, tile_configs()[1], 2);
+  EXPECT_EQ(p.m_tiles, 2);
+  EXPECT_EQ(p.n_tiles, 2);
+  EXPECT_EQ(p.k_blocks, 2);
+  EXPECT_EQ(p.ctas(), 8);
+  EXPECT_EQ(p.describe(), tile_configs()[1].name() + ", split-k 2");
+  EXPECT_THROW(make_plan(128, 128, 64, tile_configs()[0], 0), InvalidArgument);
+  EXPECT_THROW(make_plan(128, 128, 64, tile_configs()[0], kMaxSplitK + 1), InvalidArgument);
+  EXPECT_THROW(make_plan(0, 128, 64, tile_configs()[0], 1), InvalidArgument);
+}
+
+TEST(PrefillPolicy, LargeShapesUseTheWideTileWithoutSplit) {
+  for (const auto& [m, n, k] : {std::tuple{4096, 4096, 6144}, std::tuple{4096, 6144, 2048}, std::tuple{8192, 8192, 8192}}) {
+    const Plan p = choose_plan(m, n, k, h200());
+    EXPECT_EQ(p.config.block_m, 256) << m << "x" << n << "x" << k << ": " << p.describe();
+    EXPECT_EQ(p.split_k, 1) << m << "x" << n << "x" << k << ": " << p.describe();
+  }
+}
+
+TEST(PrefillPolicy, FewTilesAreSplitAlongKIntoOneWave) {
+  // M=512, N=2048: 32 tiles of 256x128 for 132 SMs.
+  const Plan p = choose_plan(512, 2048, 6144, h200());
+  EXPECT_GT(p.split_k, 1) << p.describe();
+  EXPECT_LE(p.ctas(), 132) << p.describe();
+  EXPECT_GE(p.ctas(), 100) << p.describe();
+}
+
+TEST(PrefillPolicy, SmallMUsesTheNarrowTile) {
+  const Plan p = choose_plan(1, 4096, 4096, h200());
+  EXPECT_EQ(p.config.block_m, 128) << p.describe();
+  const Plan q = choose_plan(128, 4096, 4096, h200());
+  EXPECT_EQ(q.config.block_m, 128) << q.describe();
+}
+
+TEST(PrefillPolicy, RespectsClusterOccupancy) {
+  // Pretend clusters of more than 2 CTAs cannot run at all, and pairs only 64 at a time.
+  const ConcurrentCtas limited = [](const TileConfig&, int split) { return split == 1 ? 132 : split == 2 ? 64 : 0; };
+  const Plan p = choose_plan(512, 2048, 6144, h200(), limited);
+  EXPECT_LE(p.split_k, 2) << p.describe();
+  EXPECT_LE(p.ctas(), p.split_k == 1 ? 132 : 64) << p.describe();
+}
+
+TEST(PrefillPolicy, NeverSplitsBeyondTheKBlocks) {
+  const Plan p = choose_plan(128, 128, 128, h200());  // 2 K blocks
+  EXPECT_LE(p.split_k, 2) << p.describe();
+}
+
+TEST(PrefillPolicy, NoFeasibleConfigurationIsAnError) {
+  DeviceContext tiny = h200();
+  tiny.smem_per_block_optin = 49152;
+  try {
+    choose_plan(512, 512, 512, tiny);
+    FAIL() << "a 48 KB device got a plan";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("49152"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace fp4gap::prefill

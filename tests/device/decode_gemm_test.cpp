@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 #include <string>
@@ -18,6 +19,7 @@
 #include "fp4gap/numeric.hpp"
 #include "fp4gap/quantize.hpp"
 #include "fp4gap/reference.hpp"
+#include "fp4gap/timing.hpp"
 #include "fp4gap/verify.hpp"
 
 namespace fp4gap::decode {
@@ -396,6 +398,79 @@ TEST(DecodeBackends, RunnersMatchTheReferenceOnEverySet) {
         const VerifyResult v = verify_gemm_output(got.data(), ref, p.k, out);
         ASSERT_TRUE(v.passed) << v.message << " for " << repro(std::string(name) + " set " + std::to_string(set) + " " +
                                                                    runner->config(), seed);
+      }
+    }
+  }
+}
+
+// ---- Tuning data (not a check): run with --gtest_also_run_disabled_tests ----
+
+// Every configuration and a range of split-K factors on the shapes, graph-timed over
+// rotated weight copies (cold weights), printed beside the policy's choice and its model estimate:
+// the data to refit the cost model in src/tune/decode_plan.cpp (docs/KERNELS-decode.md).
+TEST(DecodeGemm, DISABLED_SweepConfigsAndSplits) {
+  REQUIRE_DEVICE();
+  struct Nk {
+    std::int64_t n, k;
+  };
+  for (Math math : {Math::w4a16, Math::w4a4}) {
+    for (const Nk s : {Nk{2048, 6144}, Nk{4096, 6144}, Nk{6144, 2048}, Nk{8192, 8192}}) {
+      for (std::int64_t m : {1, 8, 16, 32, 64}) {
+        const GemmInputs in = make_gemm_inputs(problem_of(math, m, s.n, s.k, OutputType::bf16), 1);
+        const ShuffledWeight w = shuffle_weight_for_decode(in.b_fp4, math);
+        const double weight_bytes = static_cast<double>(w.codes.size() + w.scales.size());
+        const int sets = input_sets_for_cold_cache(weight_bytes, device().l2_bytes, 64);
+        const std::size_t stride = (w.codes.size() + w.scales.size() + 255) / 256 * 256;
+        cuda::DeviceBuffer<std::uint8_t> weights(stride * static_cast<std::size_t>(sets));
+        for (int i = 0; i < sets; ++i) {
+          CUDA_CHECK(cudaMemcpy(weights.get() + stride * i, w.codes.data(), w.codes.size(), cudaMemcpyHostToDevice));
+          CUDA_CHECK(cudaMemcpy(weights.get() + stride * i + w.codes.size(), w.scales.data(), w.scales.size(),
+                                cudaMemcpyHostToDevice));
+        }
+        cuda::DeviceBuffer<std::uint8_t> a, a_scales;
+        if (math == Math::w4a16) {
+          a = cuda::DeviceBuffer<std::uint8_t>(in.a_bf16.size() * 2);
+          a.upload(reinterpret_cast<const std::uint8_t*>(in.a_bf16.data()), a.size());
+        } else {
+          const Nvfp4Matrix am = with_layout(in.a_fp4, ScaleLayout::swizzled_128x4);
+          a = cuda::DeviceBuffer<std::uint8_t>(am.codes);
+          a_scales = cuda::DeviceBuffer<std::uint8_t>(am.scales);
+        }
+        cuda::DeviceBuffer<std::uint8_t> d(static_cast<std::size_t>(m * s.n * 2));
+        const Plan chosen = choose_plan(m, s.n, s.k, math, WeightLayout::shuffled, device());
+        const double floor_us = weight_bytes / 4.27e6;
+        std::printf("\n%s m%lld n%lld k%lld: weight floor %.2f us at 4.27 TB/s, %d weight sets; policy: %s\n",
+                    std::string(to_string(math)).c_str(), static_cast<long long>(m), static_cast<long long>(s.n),
+                    static_cast<long long>(s.k), floor_us, sets, chosen.describe().c_str());
+        for (int ci = 0; ci < static_cast<int>(tile_configs().size()); ++ci) {
+          if (tile_configs()[static_cast<std::size_t>(ci)].max_m() < m) continue;
+          const Plan one = make_plan(m, s.n, s.k, math, WeightLayout::shuffled, ci, 1);
+          for (std::int64_t split = 1; split <= one.k_chunks; split = split < 4 ? split + 1 : split * 3 / 2) {
+            const Plan plan = make_plan(m, s.n, s.k, math, WeightLayout::shuffled, ci, static_cast<int>(split));
+            cuda::DeviceBuffer<std::uint8_t> workspace(static_cast<std::size_t>(std::max<std::int64_t>(plan.workspace_bytes(), 256)));
+            workspace.fill_bytes(0);
+            GemmArgs args;
+            args.a = a.get();
+            args.a_scales = a_scales.get();
+            args.d = d.get();
+            args.alpha = static_cast<float>(in.alpha);
+            args.out_type = OutputType::bf16;
+            args.workspace = workspace.get();
+            args.workspace_bytes = static_cast<std::int64_t>(workspace.bytes());
+            const Timing t = time_launch(
+                [&](int set, void* stream) {
+                  GemmArgs x = args;
+                  x.w_codes = weights.get() + stride * static_cast<std::size_t>(set);
+                  x.w_scales = x.w_codes + w.codes.size();
+                  launch_gemm(plan, x, stream);
+                },
+                sets, device(), TimingOptions{});
+            std::printf("  %s%-118s graph %7.2f us (%5.1f%% of floor)  event %7.2f us  model %6.2f us\n",
+                        plan.config_index == chosen.config_index && plan.split_k == chosen.split_k ? "* " : "  ",
+                        plan.describe().c_str(), t.graph.median_us, 100.0 * floor_us / t.graph.median_us,
+                        t.event.median_us, estimate_plan_us(plan, device()));
+          }
+        }
       }
     }
   }

@@ -1,0 +1,337 @@
+// The Hopper prefill kernels (fp4gap-prefill-w4a16 / -w4a4) against the CPU reference on the GPU:
+// shapes with tails in M, N and K, every output type, random and exact-grid data, every compiled
+// tile configuration and split-K factor, poisoned outputs, bitwise-repeatable runs, graph replay.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cuda/common.cuh"
+#include "cuda/prefill/prefill_gemm.cuh"
+#include "fp4gap/backend.hpp"
+#include "fp4gap/cuda_api.hpp"
+#include "fp4gap/numeric.hpp"
+#include "fp4gap/prefill.hpp"
+#include "fp4gap/reference.hpp"
+#include "fp4gap/verify.hpp"
+
+namespace fp4gap {
+namespace {
+
+const DeviceContext& gpu() {
+  static const DeviceContext d = query_device(0);
+  return d;
+}
+
+// Device tests run where a GPU exists: without one they fail with the reason, never skip. These
+// kernels need sm_90a: elsewhere the backends must say so, which SupportsNamesItsRules checks.
+#define REQUIRE_HOPPER()                                                                         \
+  do {                                                                                           \
+    ASSERT_TRUE(gpu().available) << "device tests need a CUDA device: " << gpu().unavailable_reason; \
+    const Status avail = prefill::kernels_available();                                          \
+    ASSERT_TRUE(avail.is_ok()) << "prefill kernels need an sm_90a device: " << avail.reason;    \
+  } while (0)
+
+GemmBackend& backend(const char* name) {
+  register_cuda_backends();
+  GemmBackend* b = find_gemm_backend(name);
+  if (b == nullptr) throw RuntimeError(std::string("backend not registered: ") + name);
+  return *b;
+}
+
+std::string repro(const std::string& what, std::uint64_t seed) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::ostringstream os;
+  os << what << ", seed " << seed << "; repro: build/gpu/tests/fp4gap_device_tests --gtest_filter='"
+     << info->test_suite_name() << "." << info->name() << "'";
+  return os.str();
+}
+
+GemmProblem make_problem(std::int64_t m, std::int64_t n, std::int64_t k, bool w4a4, OutputType out) {
+  GemmProblem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.a_format = w4a4 ? OperandFormat::nvfp4 : OperandFormat::bf16;
+  p.b_format = OperandFormat::nvfp4;
+  p.out_type = out;
+  return p;
+}
+
+// Every output equals the reference rounded once to the output type. Holds for exact-grid inputs:
+// every partial sum is exact in fp32 whatever the accumulation order.
+void expect_exact(const std::vector<float>& got, const ReferenceResult& ref, OutputType out) {
+  std::int64_t bad = 0, first = -1;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const float want = round_to_output(ref.d[i], out);
+    if (float_bits(got[i]) != float_bits(want) && !(got[i] == 0.0f && want == 0.0f)) {
+      if (first < 0) first = static_cast<std::int64_t>(i);
+      ++bad;
+    }
+  }
+  EXPECT_EQ(bad, 0) << bad << " outputs differ from the exactly rounded reference; first at row " << first / ref.n
+                    << ", col " << first % ref.n << ": got " << (first >= 0 ? got[static_cast<std::size_t>(first)] : 0.0f)
+                    << ", want " << (first >= 0 ? round_to_output(ref.d[static_cast<std::size_t>(first)], out) : 0.0f);
+}
+
+// Runs the backend on set 1 of 2 (outputs poisoned first) and checks it against the reference of
+// what the runner multiplied; set 0 must keep its poison.
+void check_backend(const char* name, const GemmProblem& p, std::uint64_t seed, InputDistribution dist) {
+  SCOPED_TRACE(repro(std::string(name) + ", " + p.label(), seed));
+  GemmBackend& b = backend(name);
+  const Status s = b.supports(p, gpu());
+  ASSERT_TRUE(s.is_ok()) << to_string(s.code) << ": " << s.reason;
+  const GemmInputs inputs = make_gemm_inputs(p, seed, dist);
+  auto runner = b.prepare(inputs, 2);
+  ASSERT_TRUE(runner->on_device());
+  ASSERT_EQ(runner->input_sets(), 2);
+  runner->poison_output();
+  cuda::Stream stream;
+  runner->run(1, stream.as_void());
+  stream.synchronize();
+  const std::vector<float> got = runner->read_output(1);
+  ASSERT_EQ(got.size(), static_cast<std::size_t>(p.m * p.n));
+  const ReferenceResult ref = reference_gemm(runner->a_operand(), runner->b_operand(), runner->alpha());
+  const VerifyResult v = verify_gemm_output(got.data(), ref, p.k, p.out_type);
+  EXPECT_TRUE(v.passed) << v.message << " (config: " << runner->config() << ")";
+  EXPECT_EQ(v.non_finite, 0) << "unwritten (poisoned) outputs; config: " << runner->config();
+  EXPECT_FALSE(v.all_zero);
+  if (dist == InputDistribution::exact_grid) expect_exact(got, ref, p.out_type);
+
+  const std::vector<float> untouched = runner->read_output(0);
+  std::int64_t nan_count = 0;
+  for (float x : untouched) nan_count += std::isnan(x) ? 1 : 0;
+  EXPECT_EQ(nan_count, p.m * p.n) << "set 0 was never run: its output must still be the NaN poison";
+}
+
+const std::int64_t kRows[] = {1, 64, 128, 129, 512};
+const std::int64_t kCols[] = {128, 256, 2048};
+const std::int64_t kDepths[] = {64, 192, 6144};
+const OutputType kOutputs[] = {OutputType::bf16, OutputType::f32, OutputType::f16};
+
+TEST(PrefillW4A16, EveryShapeBf16Output) {
+  REQUIRE_HOPPER();
+  std::uint64_t seed = 7000;
+  for (std::int64_t m : kRows) {
+    for (std::int64_t n : kCols) {
+      for (std::int64_t k : kDepths) {
+        check_backend("fp4gap-prefill-w4a16", make_problem(m, n, k, false, OutputType::bf16), ++seed,
+                      InputDistribution::random);
+      }
+    }
+  }
+}
+
+TEST(PrefillW4A16, EveryOutputType) {
+  REQUIRE_HOPPER();
+  std::uint64_t seed = 7100;
+  for (OutputType out : kOutputs) {
+    check_backend("fp4gap-prefill-w4a16", make_problem(129, 256, 192, false, out), ++seed, InputDistribution::random);
+    check_backend("fp4gap-prefill-w4a16", make_problem(512, 2048, 6144, false, out), ++seed, InputDistribution::random);
+    check_backend("fp4gap-prefill-w4a16", make_problem(64, 200, 96, false, out), ++seed, InputDistribution::random);
+  }
+}
+
+TEST(PrefillW4A16, ExactGridEqualsTheRoundedReference) {
+  REQUIRE_HOPPER();
+  std::uint64_t seed = 7200;
+  for (OutputType out : kOutputs) {
+    check_backend("fp4gap-prefill-w4a16", make_problem(129, 256, 192, false, out), ++seed, InputDistribution::exact_grid);
+    check_backend("fp4gap-prefill-w4a16", make_problem(512, 2048, 6144, false, out), ++seed,
+                  InputDistribution::exact_grid);
+  }
+}
+
+TEST(PrefillW4A4, EveryShapeAndOutputType) {
+  REQUIRE_HOPPER();
+  std::uint64_t seed = 7300;
+  for (std::int64_t m : kRows) {
+    for (std::int64_t n : kCols) {
+      for (std::int64_t k : kDepths) {
+        check_backend("fp4gap-prefill-w4a4", make_problem(m, n, k, true, OutputType::bf16), ++seed,
+                      InputDistribution::random);
+      }
+    }
+  }
+  for (OutputType out : kOutputs) {
+    check_backend("fp4gap-prefill-w4a4", make_problem(129, 2048, 6144, true, out), ++seed, InputDistribution::random);
+    check_backend("fp4gap-prefill-w4a4", make_problem(300, 256, 192, true, out), ++seed, InputDistribution::exact_grid);
+  }
+}
+
+// ---- every compiled configuration and split factor, through the launch interface ----
+
+struct DeviceGemm {
+  cuda::DeviceBuffer<std::uint16_t> act;
+  cuda::DeviceBuffer<std::uint8_t> packed;
+  cuda::DeviceBuffer<std::uint8_t> out;
+  CUtensorMap map{};
+};
+
+DeviceGemm upload(const GemmInputs& in, const prefill::Plan& plan) {
+  DeviceGemm d;
+  d.act = cuda::DeviceBuffer<std::uint16_t>(in.a_bf16);
+  d.packed = cuda::DeviceBuffer<std::uint8_t>(prefill::pack_weights(in.b_fp4).bytes);
+  d.out = cuda::DeviceBuffer<std::uint8_t>(
+      static_cast<std::size_t>(in.problem.m * in.problem.n * output_type_bytes(in.problem.out_type)));
+  d.map = prefill::make_activation_map(d.act.get(), in.problem.m, in.problem.k, plan.config.block_m);
+  return d;
+}
+
+std::vector<float> read_floats(const DeviceGemm& d, const GemmProblem& p) {
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<std::uint8_t> raw = d.out.download();
+  std::vector<float> out(static_cast<std::size_t>(p.m * p.n));
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (p.out_type == OutputType::f32) {
+      std::memcpy(&out[i], raw.data() + 4 * i, 4);
+    } else {
+      std::uint16_t h;
+      std::memcpy(&h, raw.data() + 2 * i, 2);
+      out[i] = p.out_type == OutputType::bf16 ? bf16_to_float(h) : fp16_to_float(h);
+    }
+  }
+  return out;
+}
+
+void launch(const DeviceGemm& d, const GemmInputs& in, const prefill::Plan& plan, cudaStream_t stream) {
+  prefill::launch_gemm(plan, d.map, d.packed.get(), d.out.get(), in.problem.out_type, in.problem.m, in.problem.n,
+                       static_cast<float>(in.alpha), stream);
+}
+
+TEST(PrefillKernel, EveryConfigurationAndSplitIsExactAndRepeatable) {
+  REQUIRE_HOPPER();
+  // 300 rows: one full and one partial activation tile of either width; 200 weight rows: a
+  // partial weight tile; K = 576: 9 K blocks, split unevenly.
+  const GemmProblem p = make_problem(300, 200, 576, false, OutputType::f32);
+  const std::uint64_t seed = 7400;
+  const GemmInputs in = make_gemm_inputs(p, seed, InputDistribution::exact_grid);
+  const ReferenceResult ref = reference_gemm(in.a_view(), in.b_view(), in.alpha);
+  for (const prefill::TileConfig& c : prefill::tile_configs()) {
+    for (int split : {1, 2, 3, 4, 5, 8}) {
+      const prefill::Plan plan = prefill::make_plan(p.m, p.n, p.k, c, split);
+      SCOPED_TRACE(repro(plan.describe() + ", " + p.label(), seed));
+      if (prefill::concurrent_ctas(c, split) < split) {
+        ADD_FAILURE() << "a cluster of " << split << " CTAs of " << c.name() << " cannot run on " << gpu().name;
+        continue;
+      }
+      DeviceGemm d = upload(in, plan);
+      d.out.fill_bytes(0xFF);
+      launch(d, in, plan, nullptr);
+      CUDA_CHECK(cudaGetLastError());
+      const std::vector<float> first = read_floats(d, p);
+      const VerifyResult v = verify_gemm_output(first.data(), ref, p.k, p.out_type);
+      EXPECT_TRUE(v.passed) << v.message;
+      EXPECT_EQ(v.non_finite, 0);
+      expect_exact(first, ref, p.out_type);
+      for (int again = 0; again < 3; ++again) {
+        d.out.fill_bytes(0xFF);
+        launch(d, in, plan, nullptr);
+        const std::vector<float> next = read_floats(d, p);
+        ASSERT_EQ(std::memcmp(next.data(), first.data(), next.size() * sizeof(float)), 0)
+            << "run " << again + 2 << " differs bitwise from run 1";
+      }
+    }
+  }
+}
+
+TEST(PrefillKernel, RandomDataWithSplitKMatchesTheReferenceRepeatably) {
+  REQUIRE_HOPPER();
+  const GemmProblem p = make_problem(512, 2048, 6144, false, OutputType::bf16);
+  const std::uint64_t seed = 7500;
+  const GemmInputs in = make_gemm_inputs(p, seed, InputDistribution::random);
+  const ReferenceResult ref = reference_gemm(in.a_view(), in.b_view(), in.alpha);
+  for (const prefill::TileConfig& c : prefill::tile_configs()) {
+    for (int split : {1, 4}) {
+      const prefill::Plan plan = prefill::make_plan(p.m, p.n, p.k, c, split);
+      SCOPED_TRACE(repro(plan.describe() + ", " + p.label(), seed));
+      DeviceGemm d = upload(in, plan);
+      d.out.fill_bytes(0xFF);
+      launch(d, in, plan, nullptr);
+      const std::vector<float> first = read_floats(d, p);
+      const VerifyResult v = verify_gemm_output(first.data(), ref, p.k, p.out_type);
+      EXPECT_TRUE(v.passed) << v.message;
+      EXPECT_EQ(v.non_finite, 0);
+      d.out.fill_bytes(0xFF);
+      launch(d, in, plan, nullptr);
+      const std::vector<float> second = read_floats(d, p);
+      EXPECT_EQ(std::memcmp(second.data(), first.data(), second.size() * sizeof(float)), 0)
+          << "two runs differ bitwise";
+    }
+  }
+}
+
+TEST(PrefillKernel, GraphReplayWritesTheSameBits) {
+  REQUIRE_HOPPER();
+  for (const char* name : {"fp4gap-prefill-w4a16", "fp4gap-prefill-w4a4"}) {
+    const bool w4a4 = std::string(name) == "fp4gap-prefill-w4a4";
+    const GemmProblem p = make_problem(512, 2048, 6144, w4a4, OutputType::bf16);
+    const std::uint64_t seed = 7600;
+    SCOPED_TRACE(repro(std::string(name) + ", " + p.label(), seed));
+    auto runner = backend(name).prepare(make_gemm_inputs(p, seed, InputDistribution::random), 2);
+    cuda::Stream stream;
+    runner->poison_output();
+    runner->run(0, stream.as_void());
+    runner->run(1, stream.as_void());
+    stream.synchronize();
+    const std::vector<float> direct0 = runner->read_output(0), direct1 = runner->read_output(1);
+    runner->poison_output();
+    cudaGraph_t graph = nullptr;
+    CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+    runner->run(0, stream.as_void());
+    runner->run(1, stream.as_void());
+    CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
+    cudaGraphExec_t exec = nullptr;
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+    CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+    stream.synchronize();
+    CUDA_CHECK(cudaGraphExecDestroy(exec));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    const std::vector<float> replay0 = runner->read_output(0), replay1 = runner->read_output(1);
+    EXPECT_EQ(std::memcmp(replay0.data(), direct0.data(), replay0.size() * sizeof(float)), 0) << "set 0";
+    EXPECT_EQ(std::memcmp(replay1.data(), direct1.data(), replay1.size() * sizeof(float)), 0) << "set 1";
+    std::int64_t nan_count = 0;
+    for (float x : replay1) nan_count += std::isnan(x) ? 1 : 0;
+    EXPECT_EQ(nan_count, 0);
+  }
+}
+
+TEST(PrefillBackends, SupportsNamesItsRules) {
+  ASSERT_TRUE(gpu().available) << "device tests need a CUDA device: " << gpu().unavailable_reason;
+  GemmBackend& w4a16 = backend("fp4gap-prefill-w4a16");
+  GemmBackend& w4a4 = backend("fp4gap-prefill-w4a4");
+
+  GemmProblem bf16_bf16 = make_problem(128, 128, 64, false, OutputType::bf16);
+  bf16_bf16.b_format = OperandFormat::bf16;
+  EXPECT_EQ(w4a16.supports(bf16_bf16, gpu()).code, StatusCode::not_supported);
+  EXPECT_EQ(w4a4.supports(make_problem(128, 128, 64, false, OutputType::bf16), gpu()).code,
+            StatusCode::not_supported);
+  EXPECT_EQ(w4a16.supports(make_problem(128, 128, 100, false, OutputType::bf16), gpu()).code,
+            StatusCode::invalid_problem);
+
+  DeviceContext blackwell = gpu();
+  blackwell.available = true;
+  blackwell.name = "RTX PRO 6000";
+  blackwell.cc_major = 12;
+  blackwell.cc_minor = 0;
+  const Status s = w4a16.supports(make_problem(128, 128, 64, false, OutputType::bf16), blackwell);
+  EXPECT_EQ(s.code, StatusCode::not_supported);
+  EXPECT_NE(s.reason.find("needs wgmma (sm_90a)"), std::string::npos) << s.reason;
+
+  const bool hopper = gpu().cc_major == 9 && gpu().cc_minor == 0;
+  const Status here = w4a16.supports(make_problem(129, 200, 96, false, OutputType::f16), gpu());
+  if (hopper) {
+    EXPECT_TRUE(here.is_ok()) << here.reason;
+  } else {
+    EXPECT_EQ(here.code, StatusCode::not_supported);
+    EXPECT_NE(here.reason.find("sm_90a"), std::string::npos) << here.reason;
+  }
+}
+
+}  // namespace
+}  // namespace fp4gap

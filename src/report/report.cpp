@@ -28,6 +28,13 @@ std::string opt_fixed(const std::optional<double>& v, int decimals) {
   return v ? format_fixed(*v, decimals) : "-";
 }
 
+// Rates in the table: three significant digits down to 0.001, so host rows do not read "0.0".
+std::string opt_rate(const std::optional<double>& v) {
+  if (!v) return "-";
+  const double a = std::fabs(*v);
+  return format_fixed(*v, a >= 100 ? 0 : a >= 10 ? 1 : a >= 1 ? 2 : 3);
+}
+
 std::string opt_us(const std::optional<double>& v) {
   if (!v) return "-";
   return format_fixed(*v, *v < 10 ? 2 : 1);
@@ -216,8 +223,8 @@ void write_table(std::ostream& out, const std::vector<GemmRow>& rows) {
                      opt_us(r.p80_us),
                      opt_us(r.event_median_us),
                      opt_us(r.floor_us),
-                     opt_fixed(r.tflops, 1),
-                     opt_fixed(r.gbps, 0),
+                     opt_rate(r.tflops),
+                     opt_rate(r.gbps),
                      opt_fixed(r.pct_of_roof, 1),
                      opt_fixed(r.pct_of_problem_roof, 1),
                      r.bound.empty() ? "-" : r.bound,

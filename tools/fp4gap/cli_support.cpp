@@ -137,11 +137,10 @@ void write_datasheet_table(std::ostream& out) {
     for (std::size_t c = 0; c < r.size(); ++c) width[c] = std::max(width[c], r[c].size());
   }
   for (const auto& r : rows) {
-    out << " ";
-    for (std::size_t c = 0; c < r.size(); ++c) {
-      out << " " << r[c] << std::string(width[c] - r[c].size(), ' ');
-    }
-    out << "\n";
+    std::string line = " ";
+    for (std::size_t c = 0; c < r.size(); ++c) line += " " + r[c] + std::string(width[c] - r[c].size() + 1, ' ');
+    line.erase(line.find_last_not_of(' ') + 1);
+    out << line << "\n";
   }
   out << "sources:\n";
   for (const DeviceSpec& s : device_specs()) out << "  " << s.name << ": " << s.sources << "\n";

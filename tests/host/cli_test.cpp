@@ -1,0 +1,293 @@
+// Runs the built fp4gap binary (FP4GAP_CLI_PATH) the way a user does and checks exit codes,
+// files and output. Scratch files go under FP4GAP_TEST_TMPDIR.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "fp4gap/quantize.hpp"
+#include "fp4gap/report.hpp"
+
+namespace fp4gap {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliResult {
+  int code = -1;
+  std::string out, err;
+};
+
+fs::path scratch(const std::string& name) {
+  const fs::path dir = fs::path(FP4GAP_TEST_TMPDIR) / "cli" / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string read_all(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+CliResult run_cli(const std::string& args) {
+  static int counter = 0;
+  const fs::path dir = fs::path(FP4GAP_TEST_TMPDIR) / "cli" / "runs";
+  fs::create_directories(dir);
+  const fs::path out = dir / ("out" + std::to_string(counter) + ".txt");
+  const fs::path err = dir / ("err" + std::to_string(counter) + ".txt");
+  ++counter;
+  const std::string cmd = std::string("'") + FP4GAP_CLI_PATH + "' " + args + " >'" + out.string() + "' 2>'" +
+                          err.string() + "' </dev/null";
+  const int status = std::system(cmd.c_str());
+  CliResult r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = read_all(out);
+  r.err = read_all(err);
+  return r;
+}
+
+bool has(const std::string& s, const std::string& needle) { return s.find(needle) != std::string::npos; }
+
+bool device_present() {
+  static const bool present = !has(run_cli("info").out, "no CUDA device");
+  return present;
+}
+
+// A little-endian C-order float32 .npy, version 1.0.
+void write_f32_npy(const fs::path& path, std::int64_t rows, std::int64_t cols, const std::vector<float>& v) {
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(rows) + ", " +
+                       std::to_string(cols) + "), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::ofstream f(path, std::ios::binary);
+  f.write("\x93NUMPY\x01\x00", 8);
+  const std::uint16_t len = static_cast<std::uint16_t>(header.size());
+  const char len_bytes[2] = {static_cast<char>(len & 0xFF), static_cast<char>(len >> 8)};
+  f.write(len_bytes, 2);
+  f.write(header.data(), static_cast<std::streamsize>(header.size()));
+  f.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
+}
+
+// The shape and payload of a .npy written by the tool (read independently of the library).
+struct Npy {
+  std::string descr;
+  std::vector<std::int64_t> shape;
+  std::string payload;
+};
+Npy read_npy_file(const fs::path& path) {
+  const std::string all = read_all(path);
+  EXPECT_GE(all.size(), 10u);
+  EXPECT_EQ(all.substr(0, 6), "\x93NUMPY");
+  std::size_t header_len, offset;
+  if (all[6] == 1) {
+    header_len = static_cast<unsigned char>(all[8]) | (static_cast<unsigned char>(all[9]) << 8);
+    offset = 10;
+  } else {
+    header_len = 0;
+    for (int i = 3; i >= 0; --i) header_len = (header_len << 8) | static_cast<unsigned char>(all[8 + i]);
+    offset = 12;
+  }
+  const std::string header = all.substr(offset, header_len);
+  Npy n;
+  const std::size_t d = header.find("'descr': '");
+  n.descr = header.substr(d + 10, header.find('\'', d + 10) - (d + 10));
+  const std::size_t s = header.find("'shape': (");
+  std::istringstream dims(header.substr(s + 10, header.find(')', s) - (s + 10)));
+  for (std::string item; std::getline(dims, item, ',');) {
+    if (item.find_first_not_of(' ') != std::string::npos) n.shape.push_back(std::stoll(item));
+  }
+  n.payload = all.substr(offset + header_len);
+  return n;
+}
+
+std::vector<float> test_matrix(std::int64_t rows, std::int64_t cols) {
+  std::vector<float> v(static_cast<std::size_t>(rows * cols));
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    // Deterministic, signed, spread over a few octaves; one large value sets amax.
+    v[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)) * std::ldexp(1.0, static_cast<int>(i % 5) - 2));
+  }
+  v[5] = -13.25f;
+  return v;
+}
+
+TEST(Cli, VersionAndUsageErrors) {
+  const CliResult v = run_cli("--version");
+  EXPECT_EQ(v.code, 0) << v.err;
+  EXPECT_TRUE(has(v.out, "fp4gap 0.")) << v.out;
+  const CliResult none = run_cli("");
+  EXPECT_EQ(none.code, 2);
+  EXPECT_TRUE(has(none.err, "error:")) << none.err;
+  const CliResult bad = run_cli("gemm --no-such-option");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_TRUE(has(bad.err, "error:")) << bad.err;
+}
+
+TEST(Cli, InfoReportsTheDeviceOrItsAbsenceConsistently) {
+  const CliResult r = run_cli("info");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const bool absent = has(r.out, "no CUDA device");
+  const bool listed = has(r.out, "CUDA devices:");
+  EXPECT_NE(absent, listed) << "exactly one of the two must be printed:\n" << r.out;
+  EXPECT_TRUE(has(r.out, "CUDA architectures compiled:")) << r.out;
+  EXPECT_TRUE(has(r.out, "H200 SXM")) << r.out;
+  EXPECT_TRUE(has(r.out, "sources:")) << r.out;
+}
+
+TEST(Cli, QuantizeWritesThreeFilesBitIdenticallyAcrossRuns) {
+  const std::int64_t rows = 4, cols = 64;
+  const fs::path dir = scratch("quantize");
+  const std::vector<float> x = test_matrix(rows, cols);
+  write_f32_npy(dir / "x.npy", rows, cols, x);
+  fs::create_directories(dir / "a");
+  fs::create_directories(dir / "b");
+  for (const char* sub : {"a", "b"}) {
+    const CliResult r = run_cli("quantize --input '" + (dir / "x.npy").string() + "' --output-prefix '" +
+                                (dir / sub / "P").string() + "'");
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_TRUE(r.err.empty()) << "a clean input gives no warning: " << r.err;
+  }
+  for (const char* file : {"P.codes.npy", "P.scales.npy", "P.json"}) {
+    ASSERT_TRUE(fs::exists(dir / "a" / file)) << file;
+    EXPECT_EQ(read_all(dir / "a" / file), read_all(dir / "b" / file)) << file << " differs between two runs";
+  }
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir / "a"), fs::directory_iterator()), 3);
+
+  const Npy codes = read_npy_file(dir / "a" / "P.codes.npy");
+  const Npy scales = read_npy_file(dir / "a" / "P.scales.npy");
+  EXPECT_EQ(codes.descr, "|u1");
+  EXPECT_EQ(codes.shape, (std::vector<std::int64_t>{rows, cols / 2}));
+  EXPECT_EQ(scales.shape, (std::vector<std::int64_t>{rows, cols / 16}));
+
+  float amax = 0;
+  for (float v : x) amax = std::max(amax, std::fabs(v));
+  const float gs = 2688.0f / amax;
+  const nlohmann::json j = nlohmann::json::parse(read_all(dir / "a" / "P.json"));
+  EXPECT_EQ(static_cast<float>(j["global_scale"].get<double>()), gs);
+  EXPECT_EQ(j["shape"], (std::vector<std::int64_t>{rows, cols}));
+  EXPECT_EQ(j["layout"], "linear");
+  EXPECT_EQ(j["report"]["clean"], true);
+  EXPECT_EQ(j["report"]["nan_count"], 0);
+
+  // The files hold what the library's quantizer produces for the same data.
+  const Nvfp4Matrix expected = quantize_nvfp4(x, rows, cols, QuantizeOptions{});
+  EXPECT_EQ(codes.payload, std::string(expected.codes.begin(), expected.codes.end()));
+  EXPECT_EQ(scales.payload, std::string(expected.scales.begin(), expected.scales.end()));
+}
+
+TEST(Cli, QuantizeSwizzledWithStaticGlobalScaleAndDirtyInput) {
+  const std::int64_t rows = 3, cols = 32;
+  const fs::path dir = scratch("quantize_swizzled");
+  std::vector<float> x = test_matrix(rows, cols);
+  x[40] = std::numeric_limits<float>::quiet_NaN();
+  write_f32_npy(dir / "x.npy", rows, cols, x);
+  const CliResult r = run_cli("quantize --input '" + (dir / "x.npy").string() + "' --output-prefix '" +
+                              (dir / "Q").string() + "' --layout swizzled --global-scale 3.5");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has(r.err, "warning:")) << "NaN must be reported: " << r.err;
+  const Npy scales = read_npy_file(dir / "Q.scales.npy");
+  EXPECT_EQ(scales.shape, (std::vector<std::int64_t>{128, 4}));  // round_up(3,128), round_up(32/16,4)
+  const nlohmann::json j = nlohmann::json::parse(read_all(dir / "Q.json"));
+  EXPECT_EQ(static_cast<float>(j["global_scale"].get<double>()), 3.5f);
+  EXPECT_EQ(j["layout"], "swizzled");
+  EXPECT_EQ(j["report"]["nan_count"], 1);
+  EXPECT_EQ(j["report"]["first_nan"], (std::vector<std::int64_t>{1, 8}));
+}
+
+TEST(Cli, QuantizeRejectsKNotAMultipleOf16) {
+  const fs::path dir = scratch("quantize_bad_k");
+  write_f32_npy(dir / "x.npy", 2, 100, test_matrix(2, 100));
+  const CliResult r =
+      run_cli("quantize --input '" + (dir / "x.npy").string() + "' --output-prefix '" + (dir / "P").string() + "'");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.err, "error:")) << r.err;
+  EXPECT_TRUE(has(r.err, "% 16")) << "the message names the rule: " << r.err;
+  EXPECT_TRUE(has(r.err, "100")) << "and quotes the value: " << r.err;
+  EXPECT_FALSE(fs::exists(dir / "P.codes.npy"));
+  const CliResult gs = run_cli("quantize --input '" + (dir / "x.npy").string() + "' --output-prefix '" +
+                               (dir / "P").string() + "' --global-scale 0");
+  EXPECT_EQ(gs.code, 2);
+  EXPECT_TRUE(has(gs.err, "--global-scale")) << gs.err;
+  const CliResult missing = run_cli("quantize --input '" + (dir / "nope.npy").string() + "' --output-prefix P");
+  EXPECT_EQ(missing.code, 2);
+}
+
+TEST(Cli, GemmOnTheCpuReferencePasses) {
+  const CliResult r = run_cli("gemm --backends cpu-reference --m 1,16 --n 64 --k 64,128 --ceilings datasheet");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(has(r.out, "passed")) << r.out;
+  EXPECT_FALSE(has(r.out, "BROKEN")) << r.out;
+  EXPECT_TRUE(has(r.err, "4 rows: 4 passed")) << r.err;
+  EXPECT_TRUE(has(r.out, "[4] fp4gap gemm --m 16 --n 64 --k 128")) << "one repro line per row:\n" << r.out;
+
+  const fs::path dir = scratch("gemm");
+  const CliResult csv = run_cli("gemm --backends cpu-reference --m 16 --n 64 --k 64 --a-format bf16 --format csv "
+                                "--ceilings datasheet --output '" + (dir / "r.csv").string() + "'");
+  ASSERT_EQ(csv.code, 0) << csv.err;
+  const std::string text = read_all(dir / "r.csv");
+  EXPECT_EQ(text.substr(0, text.find('\n')), csv_header());
+  EXPECT_TRUE(has(text, ",passed,")) << text;
+
+  const CliResult json = run_cli("gemm --backends cpu-reference --m 16 --n 64 --k 64 --format json --seed 3 "
+                                 "--distribution exact-grid --ceilings datasheet");
+  ASSERT_EQ(json.code, 0) << json.err;
+  const nlohmann::json j = nlohmann::json::parse(json.out);
+  ASSERT_EQ(j["rows"].size(), 1u);
+  EXPECT_EQ(j["rows"][0]["status"], "passed");
+  EXPECT_EQ(j["rows"][0]["mode"], "host");
+  EXPECT_TRUE(has(j["rows"][0]["repro"].get<std::string>(), "--seed 3 --distribution exact-grid"));
+}
+
+TEST(Cli, GemmReportsInvalidShapesAndRejectsBadArguments) {
+  const CliResult r = run_cli("gemm --backends cpu-reference --m 4 --n 64 --k 48 --ceilings datasheet");
+  EXPECT_EQ(r.code, 0) << "an invalid shape is reported, not a wrong result: " << r.err;
+  EXPECT_TRUE(has(r.out, "invalid_problem")) << r.out;
+  EXPECT_TRUE(has(r.out, "K % 32")) << r.out;
+  const CliResult unknown = run_cli("gemm --backends nope --m 1 --n 64 --k 64 --ceilings datasheet");
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_TRUE(has(unknown.err, "unknown backend \"nope\"")) << unknown.err;
+  const CliResult range = run_cli("gemm --backends cpu-reference --m 16:1:x2 --n 64 --k 64");
+  EXPECT_EQ(range.code, 2);
+  EXPECT_TRUE(has(range.err, "START > END")) << range.err;
+  const CliResult no_k = run_cli("gemm --m 16 --n 64");
+  EXPECT_EQ(no_k.code, 2);
+  const CliResult tp = run_cli("gemm --m 16 --n 64 --k 64 --tp 2");
+  EXPECT_EQ(tp.code, 2);
+  EXPECT_TRUE(has(tp.err, "--tp")) << tp.err;
+}
+
+TEST(Cli, GemmPresetKeepsShapesThatTpBreaks) {
+  const CliResult r = run_cli("gemm --preset glm5 --tp 3 --m 1 --backends cpu-reference --format csv --ceilings datasheet");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "glm5.W13/tp3")) << r.out;
+  EXPECT_TRUE(has(r.out, "not divisible by tp = 3")) << r.out;
+  EXPECT_TRUE(has(r.out, "glm5.seed")) << r.out;
+}
+
+TEST(Cli, DiagnoseWithoutADeviceChecksTheCpuPipeline) {
+  if (device_present()) GTEST_SKIP() << "with a device, diagnose runs the full GPU benchmark (device batch)";
+  const CliResult r = run_cli("diagnose");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(has(r.out, "no CUDA device")) << r.out;
+  EXPECT_TRUE(has(r.out, "measurement needs a CUDA device")) << r.out;
+  EXPECT_TRUE(has(r.out, "4 rows: 4 passed, 0 BROKEN")) << r.out;
+  EXPECT_TRUE(has(r.out, "cpu-reference  W4A16")) << r.out;
+}
+
+TEST(Cli, PeakWithoutADeviceExits3) {
+  if (device_present()) GTEST_SKIP() << "peak measures the device (device batch)";
+  const CliResult r = run_cli("peak");
+  EXPECT_EQ(r.code, 3);
+  EXPECT_TRUE(has(r.err, "no CUDA device")) << r.err;
+}
+
+}  // namespace
+}  // namespace fp4gap

@@ -242,7 +242,14 @@ void run_backend(GemmBackend& backend, const GemmInputs& inputs, const GemmBench
   if (device_row) {
     if (o.time_device_runner) {
       say("time");
-      time_on_device(*runner, o, row);
+      try {
+        time_on_device(*runner, o, row);
+      } catch (const std::exception& e) {
+        // A fault while timing (other input sets, graph replay) is not a clean pass.
+        row.status = RowStatus::error;
+        row.reason = std::string("timing failed after the output verified: ") + e.what();
+        return;
+      }
     } else {
       add_warning(row, "not timed: no GPU timer in this build");
     }

@@ -275,6 +275,17 @@ TEST(GemmBench, FailingGpuReferenceFallsBackToTheCpuWithAWarning) {
   EXPECT_NE(rows[0].warnings.find("GPU reference failed (cudaMalloc: out of memory)"), std::string::npos);
 }
 
+TEST(GemmBench, TimingFailureIsAnErrorNotAPass) {
+  DeviceFixture f;
+  f.o.time_device_runner = [](GemmRunner&, const DeviceContext&, const TimingOptions&) -> Timing {
+    throw RuntimeError("cudaGraphLaunch: an illegal memory access was encountered");
+  };
+  FakeBackend own("own", {.on_device = true});
+  const std::vector<GemmRow> rows = run_gemm_bench({{"", small_w4a4(), Status::ok()}}, {&own}, f.o);
+  EXPECT_EQ(rows[0].status, RowStatus::error);
+  EXPECT_EQ(rows[0].reason.rfind("timing failed after the output verified: cudaGraphLaunch", 0), 0u) << rows[0].reason;
+}
+
 TEST(GemmBench, HostBackendsAboveTheLimitAreSkipped) {
   FakeBackend good("good", {});
   GemmBenchOptions o;

@@ -303,7 +303,13 @@ struct Probe {
 };
 Probe probe_heuristic(LazyLtHandle& handle, int ordinal, const cuda::LtMatmulShape& shape) {
   try {
-    const cuda::LtMatmul matmul(handle.get(ordinal), shape);
+    // Scaled types are asked with scale pointers set, as they will run (see LtMatmul).
+    DeviceBuffer<std::uint8_t> a_scale, b_scale;
+    if (shape.scaling != cuda::LtScaling::none) {
+      a_scale = DeviceBuffer<std::uint8_t>(256);
+      b_scale = DeviceBuffer<std::uint8_t>(256);
+    }
+    const cuda::LtMatmul matmul(handle.get(ordinal), shape, a_scale.get(), b_scale.get());
     return {matmul.status(), matmul.config()};
   } catch (const RuntimeError& e) {
     return {Status::not_supported(std::string("cuBLASLt setup failed: ") + e.what()), {}};
@@ -325,12 +331,14 @@ class CublasLtFp8Runner final : public GemmRunner {
     a_dev_ = upload_sets(a_.codes.data(), a_.codes.size(), sets);
     b_dev_ = upload_sets(b_.codes.data(), b_.codes.size(), sets);
     // cuBLASLt multiplies the codes by these dequantization scales and alpha.
+    // Each scale in its own allocation: cuBLASLt wants aligned scale pointers.
     dequant_scales_host_ = {1.0f / a_.scale, 1.0f / b_.scale};
-    dequant_scales_ = DeviceBuffer<float>(dequant_scales_host_);
+    a_dequant_scale_ = DeviceBuffer<float>(std::vector<float>{dequant_scales_host_[0]});
+    b_dequant_scale_ = DeviceBuffer<float>(std::vector<float>{dequant_scales_host_[1]});
     alpha_ = static_cast<float>(in.alpha);
-    matmul_ = std::make_unique<cuda::LtMatmul>(handle_.get(), fp8_shape(p_));
+    matmul_ = std::make_unique<cuda::LtMatmul>(handle_.get(), fp8_shape(p_), a_dequant_scale_.get(),
+                                               b_dequant_scale_.get());
     if (!matmul_->status().is_ok()) throw RuntimeError("cublaslt-fp8: " + matmul_->status().reason);
-    matmul_->set_scales(dequant_scales_.get(), dequant_scales_.get() + 1);
   }
 
   int input_sets() const override { return sets_; }
@@ -371,7 +379,7 @@ class CublasLtFp8Runner final : public GemmRunner {
   E4m3Tensor a_, b_;
   DeviceBuffer<std::uint8_t> a_dev_, b_dev_;
   std::vector<float> dequant_scales_host_;
-  DeviceBuffer<float> dequant_scales_;
+  DeviceBuffer<float> a_dequant_scale_, b_dequant_scale_;
   float alpha_ = 1.0f;
   DeviceOutputs outputs_;
   cuda::LtHandle handle_;
@@ -432,7 +440,7 @@ class CublasLtNvfp4Runner final : public GemmRunner {
     a_scales_ = upload_sets(a_.scales.data(), a_.scales.size(), sets);
     b_scales_ = upload_sets(b_.scales.data(), b_.scales.size(), sets);
     alpha_ = static_cast<float>(in.alpha);
-    matmul_ = std::make_unique<cuda::LtMatmul>(handle_.get(), nvfp4_shape(p_));
+    matmul_ = std::make_unique<cuda::LtMatmul>(handle_.get(), nvfp4_shape(p_), a_scales_.get(), b_scales_.get());
     if (!matmul_->status().is_ok()) throw RuntimeError("cublaslt-nvfp4: " + matmul_->status().reason);
   }
 

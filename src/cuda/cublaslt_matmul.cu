@@ -45,7 +45,8 @@ std::string algo_config(const cublasLtMatmulHeuristicResult_t& h) {
 
 }  // namespace
 
-LtMatmul::LtMatmul(cublasLtHandle_t handle, const LtMatmulShape& shape) : handle_(handle), shape_(shape) {
+LtMatmul::LtMatmul(cublasLtHandle_t handle, const LtMatmulShape& shape, const void* a_scale, const void* b_scale)
+    : handle_(handle), shape_(shape) {
   const auto m = static_cast<std::uint64_t>(shape.m);
   const auto n = static_cast<std::uint64_t>(shape.n);
   const auto k = static_cast<std::uint64_t>(shape.k);
@@ -58,6 +59,7 @@ LtMatmul::LtMatmul(cublasLtHandle_t handle, const LtMatmulShape& shape) : handle
       set_desc(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, mode);
       set_desc(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, mode);
     }
+    if (a_scale != nullptr || b_scale != nullptr) set_scales(a_scale, b_scale);
     // Stored (pre-op) shapes, column-major, leading dimension K for both operands.
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_a_, shape.operand_type, k, n, static_cast<std::int64_t>(k)));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_b_, shape.operand_type, k, m, static_cast<std::int64_t>(k)));

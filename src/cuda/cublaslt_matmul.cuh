@@ -50,7 +50,10 @@ class LtMatmul {
 
   // Builds the descriptors and asks the heuristic for the best algorithm. Never throws for "no
   // algorithm": status() says why instead. Throws RuntimeError when a descriptor cannot be built.
-  LtMatmul(cublasLtHandle_t handle, const LtMatmulShape& shape);
+  // Scaled types (FP8, NVFP4) must pass their first scale pointers: the heuristic only offers
+  // algorithms that support scaling when the descriptor already holds scale pointers.
+  LtMatmul(cublasLtHandle_t handle, const LtMatmulShape& shape, const void* a_scale = nullptr,
+           const void* b_scale = nullptr);
   ~LtMatmul();
   LtMatmul(const LtMatmul&) = delete;
   LtMatmul& operator=(const LtMatmul&) = delete;

@@ -162,8 +162,24 @@ double measure_bf16(cuda::Stream& stream) {
 // 0 when cuBLASLt has no algorithm for the type on this device.
 double measure_lt(cuda::Stream& stream, cudaDataType_t type, cuda::LtScaling scaling) {
   const std::size_t elems = static_cast<std::size_t>(kGemmDim) * kGemmDim;
+  // Scales exist before the matmul is built: the heuristic needs the scale pointers set.
+  // Each per-tensor scale has its own allocation (cuBLASLt wants aligned scale pointers).
+  DeviceBuffer<float> a_unit(std::vector<float>{1.0f}), b_unit(std::vector<float>{1.0f});
+  // Block scales: 0x38 is E4M3 1.0 (unsigned UE4M3 reads the same byte), sized for the swizzled layout.
+  DeviceBuffer<std::uint8_t> block_scales;
+  const void* a_scale = nullptr;
+  const void* b_scale = nullptr;
+  if (scaling == cuda::LtScaling::block_vec16) {
+    block_scales = DeviceBuffer<std::uint8_t>(
+        static_cast<std::size_t>(scale_shape(ScaleLayout::swizzled_128x4, kGemmDim, kGemmDim).bytes()));
+    block_scales.fill_bytes(0x38);
+    a_scale = b_scale = block_scales.get();
+  } else if (scaling == cuda::LtScaling::per_tensor) {
+    a_scale = a_unit.get();
+    b_scale = b_unit.get();
+  }
   cuda::LtHandle handle;
-  cuda::LtMatmul matmul(handle.get(), {kGemmDim, kGemmDim, kGemmDim, type, CUDA_R_16BF, scaling});
+  cuda::LtMatmul matmul(handle.get(), {kGemmDim, kGemmDim, kGemmDim, type, CUDA_R_16BF, scaling}, a_scale, b_scale);
   if (!matmul.status().is_ok()) return 0.0;
   const bool fp4 = type == CUDA_R_4F_E2M1;
   const std::size_t operand_bytes = fp4 ? elems / 2 : elems;
@@ -175,17 +191,6 @@ double measure_lt(cuda::Stream& stream, cudaDataType_t type, cuda::LtScaling sca
   CUDA_CHECK_LAUNCH();
   fill_e4m3_kernel<<<1024, 256, 0, stream.get()>>>(b.get(), operand_bytes, 4u);
   CUDA_CHECK_LAUNCH();
-  DeviceBuffer<float> unit(std::vector<float>{1.0f, 1.0f});
-  // Block scales: 0x38 is E4M3 1.0 (unsigned UE4M3 reads the same byte), sized for the swizzled layout.
-  DeviceBuffer<std::uint8_t> block_scales;
-  if (scaling == cuda::LtScaling::block_vec16) {
-    block_scales = DeviceBuffer<std::uint8_t>(
-        static_cast<std::size_t>(scale_shape(ScaleLayout::swizzled_128x4, kGemmDim, kGemmDim).bytes()));
-    block_scales.fill_bytes(0x38);
-    matmul.set_scales(block_scales.get(), block_scales.get());
-  } else if (scaling == cuda::LtScaling::per_tensor) {
-    matmul.set_scales(unit.get(), unit.get() + 1);
-  }
   const double s = best_seconds(
       [&](cudaStream_t st) { matmul.run(a.get(), b.get(), d.get(), 1.0f, workspace.get(), st); }, kGemmReps, stream);
   return gemm_flops_per_s(s);

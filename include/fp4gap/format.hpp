@@ -31,14 +31,15 @@ FP4GAP_HD float e2m1_to_float(std::uint8_t code) {
 // must not let NaN pass silently count it themselves (see quantize.hpp). The sign is kept, so a
 // negative value that rounds to zero gives -0 (code 0x8).
 FP4GAP_HD std::uint8_t float_to_e2m1(float v) {
-  if (v != v) return 0x7u;
-  const std::uint8_t sign = (float_bits(v) >> 31) ? 0x8u : 0x0u;
+  // Per binade the code is a line in |v|: 2|v| below 2, |v| + 2 from 2 to 4, |v|/2 + 4 above
+  // (each product exact). Adding 2^23 rounds a line to the nearest integer, ties to even, which
+  // is the even code; the lines meet at 2 and 4 and the right one is the smallest, so the code
+  // is their minimum, capped at 7 (6.0). fmin ignores NaN operands, so NaN gives 7 as well.
   const float a = std::fabs(v);
-  // The magnitude code is the number of SPEC thresholds |v| has passed: strict at the ties that
-  // round down to the even code (0.25, 1.25, 2.5, 5), inclusive at those that round up (0.75,
-  // 1.75, 3.5). Branch-free, as random data would mispredict a chain of ifs.
-  const int mag = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) +
-                  (a >= 3.5f) + (a > 5.0f);
+  constexpr float k = 8388608.0f;  // 2^23
+  const float c = std::fmin(std::fmin(a * 2.0f + k, a + (k + 2.0f)), std::fmin(a * 0.5f + (k + 4.0f), k + 7.0f));
+  const std::uint32_t mag = float_bits(c) & 0x7u;  // c = 2^23 + code
+  const std::uint32_t sign = (v != v) ? 0u : (float_bits(v) >> 28) & 0x8u;  // NaN -> +6, as CUDA does
   return static_cast<std::uint8_t>(sign | mag);
 }
 

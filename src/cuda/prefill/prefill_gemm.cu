@@ -22,6 +22,7 @@
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cuda/common.cuh"
@@ -128,6 +129,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
       }
     }
     if (split_k > 1) {
+      __syncwarp();         // the elected thread rejoins its warp: cluster barriers are .aligned
       ptx::cluster_sync();  // partial tiles written (see the consumers)
       ptx::cluster_sync();  // partial tiles read
     }
@@ -142,9 +144,13 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
     float acc[kAcc];
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
-    std::uint32_t frag[2][4];
+    // Fragments of two K blocks: block it is dequantized into frag[it % 2] while the wgmmas of
+    // block it - 1 (frag[(it - 1) % 2]) still run. The buffer index must be a compile-time
+    // constant (registers), hence the two-block unrolled loop below.
+    std::uint32_t frag[2][4][4];
 
-    for (int it = 0; it < iters; ++it) {
+    auto consume = [&](int it, auto buffer) {
+      constexpr int b = decltype(buffer)::value;
       const int s = it % STAGES;
       ptx::mbarrier_wait(full_bar(s), (it / STAGES) & 1);
       const std::uint8_t* chunk = base_ptr + wgt_offset + s * kChunkBytes;
@@ -153,20 +159,40 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
       const std::uint32_t scales_hi =
           *reinterpret_cast<const std::uint32_t*>(chunk + chunk_scale_offset(frag_row + 8, 0));
       const std::uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
-      const std::uint32_t act = act_smem + s * kActStageBytes;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        std::uint32_t(&a)[4] = frag[j & 1];
         dequant_e2m1x8_bf16(words[j], e4m3_to_bf16x2((scales_lo >> (8 * j)) & 0xFFu),
-                            e4m3_to_bf16x2((scales_hi >> (8 * j)) & 0xFFu), a);
-        ptx::wgmma_fence();
-        Wgmma<BM>::mma(acc, a, ptx::sw128_kmajor_desc(act + 32u * j));
-        ptx::wgmma_commit();
-        // The previous step's wgmma is complete: its fragment registers may be overwritten next.
-        ptx::wgmma_wait<1>();
-        if (j == 0 && it > 0 && lane == 0) ptx::mbarrier_arrive(empty_bar((it - 1) % STAGES));
+                            e4m3_to_bf16x2((scales_hi >> (8 * j)) & 0xFFu), frag[b][j]);
       }
+      // Every wgmma input (fragments, descriptors) is pinned before the fence: the compiler would
+      // otherwise sink its computation between the wgmmas, and ptxas then serializes the group
+      // (warning C7513).
+      const std::uint32_t act = act_smem + s * kActStageBytes;
+      std::uint64_t desc[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        desc[j] = ptx::sw128_kmajor_desc(act + 32u * j);
+        ptx::fence_register(desc[j]);
+#pragma unroll
+        for (int r = 0; r < 4; ++r) ptx::fence_register(frag[b][j][r]);
+      }
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int j = 0; j < 4; ++j) Wgmma<BM>::mma(acc, frag[b][j], desc[j]);
+      ptx::wgmma_commit();
+      // Block it - 1 is complete: its stage goes back to the producer and its fragment buffer is
+      // free for block it + 1.
+      ptx::wgmma_wait<1>();
+      if (it > 0 && lane == 0) ptx::mbarrier_arrive(empty_bar((it - 1) % STAGES));
+    };
+    // No condition inside the loop body: with one there, ptxas cannot see where each wgmma group
+    // ends and serializes every wgmma (C7513).
+    int it = 0;
+    for (; it + 1 < iters; it += 2) {
+      consume(it, std::integral_constant<int, 0>{});
+      consume(it + 1, std::integral_constant<int, 1>{});
     }
+    if (it < iters) consume(it, std::integral_constant<int, 0>{});
     ptx::wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) ptx::fence_register(acc[i]);

@@ -150,9 +150,12 @@ __device__ __forceinline__ void wgmma_wait() {
 }
 
 // Keeps the compiler from moving accesses to `r` across wgmma issue and wait points: the
-// accumulators are written asynchronously by the tensor cores.
+// accumulators are written asynchronously by the tensor cores, and every input of a wgmma group
+// (fragments, descriptors) must be computed before its wgmma.fence, or ptxas serializes the
+// group (warning C7513).
 __device__ __forceinline__ void fence_register(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 __device__ __forceinline__ void fence_register(std::uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
+__device__ __forceinline__ void fence_register(std::uint64_t& r) { asm volatile("" : "+l"(r)::"memory"); }
 
 // D[64 x N] += A[64 x 16] (bf16, registers: the m16n8k16 A fragment of each warp's 16 rows) *
 // B[16 x N] (bf16, shared memory, K-major), fp32 accumulators. Asynchronous: completes at

@@ -78,6 +78,9 @@ std::string describe_ceilings(const Ceilings& c);
 // Writers. The table lists short columns, then per-row notes (reasons, bounds, warnings) and one
 // repro line per row, numbered like the table's "#" column.
 void write_table(std::ostream& out, const std::vector<GemmRow>& rows);
+// The verdict of `fp4gap diagnose`, one line per shape (rows grouped by shape name and problem).
+std::vector<std::string> shape_verdicts(const std::vector<GemmRow>& rows);
+
 std::string csv_header();
 void write_csv(std::ostream& out, const std::vector<GemmRow>& rows);  // header + one line a row
 std::string to_json(const RunContext& context, const std::vector<GemmRow>& rows);  // indented

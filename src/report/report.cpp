@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <ostream>
 #include <sstream>
 
@@ -115,6 +116,8 @@ std::string csv_value(const nlohmann::ordered_json& v) {
   if (v.is_number_float()) return printf_double("%.9g", v.get<double>());
   return v.dump();
 }
+
+std::string us_text(double us) { return format_fixed(us, us < 10 ? 2 : 1) + " us"; }
 
 std::string table_status(RowStatus s) { return s == RowStatus::incorrect ? "BROKEN" : std::string(to_string(s)); }
 
@@ -266,6 +269,70 @@ void write_table(std::ostream& out, const std::vector<GemmRow>& rows) {
   }
   if (!rows.empty()) out << "\nrepro:\n";
   for (std::size_t i = 0; i < rows.size(); ++i) out << "  [" << i + 1 << "] " << rows[i].repro << "\n";
+}
+
+// One line per shape: the fastest verified backend (graph mode), how close it gets to the roof,
+// and the gap to cuBLAS BF16 measured in the same run; BROKEN and failed backends are named.
+std::vector<std::string> shape_verdicts(const std::vector<GemmRow>& rows) {
+  std::vector<std::string> lines;
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<const GemmRow*>> by_shape;
+  for (const GemmRow& r : rows) {
+    const std::string key = (r.shape_name.empty() ? "" : r.shape_name + " ") + r.problem;
+    if (!by_shape.count(key)) order.push_back(key);
+    by_shape[key].push_back(&r);
+  }
+  for (const std::string& key : order) {
+    const GemmRow* best = nullptr;
+    const GemmRow* cublas = nullptr;
+    std::vector<std::string> broken, failed;
+    std::string invalid;
+    for (const GemmRow* r : by_shape[key]) {
+      if (r->status == RowStatus::invalid_problem) invalid = r->reason;
+      if (r->status == RowStatus::incorrect) broken.push_back(r->backend);
+      if (r->status == RowStatus::error) failed.push_back(r->backend);
+      if (r->status != RowStatus::passed || !r->median_us || r->mode != "graph") continue;
+      if (r->backend == "cublas-bf16") cublas = r;
+      if (!best || *r->median_us < *best->median_us) best = r;
+    }
+    std::ostringstream s;
+    s << key << ": ";
+    if (!best && !invalid.empty()) {
+      s << "invalid problem: " << invalid << ".";
+    } else if (!best) {
+      s << "no backend was verified and timed on the GPU.";
+    } else {
+      s << "best " << best->backend << " at " << us_text(*best->median_us);
+      if (best->pct_of_roof) s << ", " << format_fixed(*best->pct_of_roof, 1) << "% of its roof";
+      if (best->pct_of_problem_roof && best->pct_of_roof &&
+          std::abs(*best->pct_of_problem_roof - *best->pct_of_roof) > 0.05) {
+        s << " (" << format_fixed(*best->pct_of_problem_roof, 1) << "% of the " << best->a_format << " x "
+          << best->b_format << " roof)";
+      }
+      if (!best->bound.empty()) s << ", " << best->bound << "-bound: " << best->bound_reason;
+      s << ". ";
+      if (!cublas) {
+        s << "cublas-bf16 did not run, so there is no baseline.";
+      } else if (cublas == best) {
+        s << "cublas-bf16 is the fastest here: no other backend beats it.";
+      } else {
+        s << format_fixed(*cublas->median_us / *best->median_us, 2) << "x faster than cublas-bf16 ("
+          << us_text(*cublas->median_us) << ").";
+      }
+    }
+    if (!broken.empty()) {
+      s << " BROKEN (wrong results, not timed):";
+      for (const std::string& b : broken) s << " " << b;
+      s << ".";
+    }
+    if (!failed.empty()) {
+      s << " Errors:";
+      for (const std::string& b : failed) s << " " << b;
+      s << ".";
+    }
+    lines.push_back(s.str());
+  }
+  return lines;
 }
 
 std::string csv_header() {

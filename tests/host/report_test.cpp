@@ -193,6 +193,45 @@ TEST(Report, TableShowsBrokenRowsNotesAndOneReproPerRow) {
   EXPECT_NE(s.find("[2] fp4gap gemm --backends own-kernel"), std::string::npos) << s;
 }
 
+TEST(Report, VerdictPerShapeNamesTheBestTheGapAndTheBroken) {
+  GemmRow cublas = passed_row();
+  cublas.median_us = 10.0;
+  GemmRow own = passed_row();
+  own.backend = "own";
+  own.median_us = 5.0;
+  own.pct_of_roof = 40.0;
+  own.pct_of_problem_roof = 40.0;
+  GemmRow host = passed_row();
+  host.backend = "cpu-reference";
+  host.mode = "host";
+  host.median_us = 1.0;  // faster on paper, but not a GPU measurement
+  GemmRow bad = broken_row();
+  bad.backend = "bad";
+  GemmRow invalid;
+  invalid.backend = "-";
+  invalid.shape_name = "glm5.W2/tp3";
+  invalid.problem = "m16 n6144 k682 nvfp4 x nvfp4 -> bf16";
+  invalid.status = RowStatus::invalid_problem;
+  invalid.reason = "W2 K (intermediate) = 2048 is not divisible by tp = 3";
+  GemmRow untimed = host;
+  untimed.shape_name = "other";
+  const std::vector<std::string> v = shape_verdicts({cublas, own, host, bad, invalid, untimed});
+  ASSERT_EQ(v.size(), 3u);
+  EXPECT_EQ(v[0].rfind("glm5.W13 m16 n4096 k6144 nvfp4 x nvfp4 -> bf16: best own at 5.00 us, 40.0% of its roof, "
+                       "memory-bound: moves 50.5 MB",
+                       0),
+            0u)
+      << v[0];
+  EXPECT_NE(v[0].find("2.00x faster than cublas-bf16 (10.0 us)."), std::string::npos) << v[0];
+  EXPECT_NE(v[0].find("BROKEN (wrong results, not timed): bad."), std::string::npos) << v[0];
+  EXPECT_EQ(v[1], "glm5.W2/tp3 m16 n6144 k682 nvfp4 x nvfp4 -> bf16: invalid problem: " + invalid.reason + ".");
+  EXPECT_NE(v[2].find("no backend was verified and timed on the GPU"), std::string::npos) << v[2];
+  cublas.median_us = 4.0;
+  const std::vector<std::string> w = shape_verdicts({cublas, own});
+  EXPECT_NE(w[0].find("best cublas-bf16 at 4.00 us"), std::string::npos) << w[0];
+  EXPECT_NE(w[0].find("cublas-bf16 is the fastest here"), std::string::npos) << w[0];
+}
+
 TEST(Report, NumberFormatting) {
   EXPECT_EQ(format_fixed(3.14159, 2), "3.14");
   EXPECT_EQ(format_bytes(7.1e6), "7.1 MB");

@@ -72,6 +72,12 @@ CeilingsChoice choose_ceilings(const DeviceContext& device, const std::string& c
 void write_run_header(std::ostream& out, const RunContext& context) {
   for (const std::string& line : describe_device(context.device)) out << line << "\n";
   if (context.ceilings) out << "ceilings: " << describe_ceilings(*context.ceilings) << "\n";
+  const DeviceSpec* spec = context.device.available ? find_device_spec(context.device.name) : nullptr;
+  if (const auto sheet = spec ? datasheet_ceilings(*spec) : std::nullopt) {
+    if (!context.ceilings || context.ceilings->source != sheet->source) {
+      out << "datasheet: " << describe_ceilings(*sheet) << "\n";
+    }
+  }
   for (const std::string& note : context.notes) out << note << "\n";
 }
 

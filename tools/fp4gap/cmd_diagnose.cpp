@@ -1,9 +1,7 @@
 // fp4gap diagnose: the main job. With a CUDA device: ceilings, then every backend on the glm5
 // shapes at decode/mid/prefill M, then a verdict per shape. Without one: says so plainly and
 // checks the verification pipeline with the CPU reference on small problems.
-#include <cmath>
 #include <iostream>
-#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -11,7 +9,6 @@
 #include "cli_support.hpp"
 #include "commands.hpp"
 #include "fp4gap/cuda_api.hpp"
-#include "fp4gap/device_specs.hpp"
 #include "fp4gap/gemm_bench.hpp"
 #include "fp4gap/presets.hpp"
 #include "fp4gap/ranges.hpp"
@@ -67,67 +64,6 @@ int diagnose_without_device(const DeviceContext& device, const DiagnoseArgs& a, 
   return code;
 }
 
-std::string us_text(double us) { return format_fixed(us, us < 10 ? 2 : 1) + " us"; }
-
-// One paragraph per shape: the fastest verified backend, how close it gets to the roof, and the
-// gap to cuBLAS BF16 measured in the same run.
-void write_verdicts(std::ostream& out, const std::vector<GemmRow>& rows) {
-  std::vector<std::string> order;
-  std::map<std::string, std::vector<const GemmRow*>> by_shape;
-  for (const GemmRow& r : rows) {
-    const std::string key = (r.shape_name.empty() ? "" : r.shape_name + " ") + r.problem;
-    if (!by_shape.count(key)) order.push_back(key);
-    by_shape[key].push_back(&r);
-  }
-  out << "\nverdict:\n";
-  for (const std::string& key : order) {
-    const GemmRow* best = nullptr;
-    const GemmRow* cublas = nullptr;
-    std::vector<std::string> broken, failed;
-    for (const GemmRow* r : by_shape[key]) {
-      if (r->status == RowStatus::incorrect) broken.push_back(r->backend);
-      if (r->status == RowStatus::error) failed.push_back(r->backend);
-      if (r->status != RowStatus::passed || !r->median_us || r->mode != "graph") continue;
-      if (r->backend == kCublasBf16Backend) cublas = r;
-      if (!best || *r->median_us < *best->median_us) best = r;
-    }
-    std::ostringstream s;
-    s << "  " << key << ": ";
-    if (!best) {
-      s << "no backend was verified and timed.";
-    } else {
-      s << "best " << best->backend << " at " << us_text(*best->median_us);
-      if (best->pct_of_roof) s << ", " << format_fixed(*best->pct_of_roof, 1) << "% of its roof";
-      if (best->pct_of_problem_roof && best->pct_of_roof &&
-          std::abs(*best->pct_of_problem_roof - *best->pct_of_roof) > 0.05) {
-        s << " (" << format_fixed(*best->pct_of_problem_roof, 1) << "% of the " << best->a_format << " x "
-          << best->b_format << " roof)";
-      }
-      if (!best->bound.empty()) s << ", " << best->bound << "-bound: " << best->bound_reason;
-      s << ". ";
-      if (!cublas) {
-        s << "cublas-bf16 did not run, so there is no baseline.";
-      } else if (cublas == best) {
-        s << "cuBLAS BF16 is the fastest here: no FP4 path beats it.";
-      } else {
-        s << "cublas-bf16 " << us_text(*cublas->median_us) << ": " << format_fixed(*cublas->median_us / *best->median_us, 2)
-          << "x faster than cuBLAS BF16.";
-      }
-    }
-    if (!broken.empty()) {
-      s << " BROKEN (wrong results, not timed):";
-      for (const std::string& b : broken) s << " " << b;
-      s << ".";
-    }
-    if (!failed.empty()) {
-      s << " Errors:";
-      for (const std::string& b : failed) s << " " << b;
-      s << ".";
-    }
-    out << s.str() << "\n";
-  }
-}
-
 int diagnose_with_device(const DeviceContext& device, const DiagnoseArgs& a, std::ostream& out) {
   GemmBenchOptions options = gemm_bench_options(device);
   options.seed = a.seed;
@@ -139,9 +75,6 @@ int diagnose_with_device(const DeviceContext& device, const DiagnoseArgs& a, std
   options.ceilings = ceilings.ceilings;
   if (!a.ceilings.empty()) options.repro_extra = "--ceilings " + a.ceilings;
   write_run_header(out, context);
-  if (const DeviceSpec* spec = find_device_spec(device.name)) {
-    if (const auto sheet = datasheet_ceilings(*spec)) out << "datasheet: " << describe_ceilings(*sheet) << "\n";
-  }
   out << "\n";
 
   GemmProblem formats;  // W4A4: nvfp4 x nvfp4 -> bf16, the serving case
@@ -154,7 +87,8 @@ int diagnose_with_device(const DeviceContext& device, const DiagnoseArgs& a, std
   }
   const std::vector<GemmRow> rows = run_gemm_bench(cases, backends, options);
   write_table(out, rows);
-  write_verdicts(out, rows);
+  out << "\nverdict:\n";
+  for (const std::string& line : shape_verdicts(rows)) out << "  " << line << "\n";
   out << "\n" << rows_summary(rows) << "\n";
   return exit_code_for(rows);
 }

@@ -231,22 +231,27 @@ FP4GAP_HD constexpr int shuffled_bit_position(Math m, int reg, int half, int bit
 struct TileConfig {
   int mt = 1;                 // 16-row weight tiles per warp
   int nt = 1;                 // 8-row activation tiles per block: serves M <= 8 * nt
-  int warps = 4;              // warps per block, each on its own weight rows, sharing the activations
-  int windows_per_chunk = 2;  // 128-column windows per pipeline chunk
+  int warps = 4;              // warps per block, sharing the activations
+  int k_warps = 1;            // warps splitting K over the same rows, reduced in shared memory
+  int windows_per_chunk = 2;  // 128-column windows per warp per pipeline chunk
   int min_blocks_per_sm = 4;  // __launch_bounds__ minimum: caps registers at 64K / (threads * this)
 
-  int rows_per_block() const { return warps * mt * kTileRows; }
+  int row_groups() const { return warps / k_warps; }
+  int rows_per_block() const { return row_groups() * mt * kTileRows; }
   int max_m() const { return nt * 8; }
   int threads() const { return warps * 32; }
-  int chunk_k() const { return windows_per_chunk * kWindowK; }
+  int windows_per_block_chunk() const { return windows_per_chunk * k_warps; }
+  int chunk_k() const { return windows_per_block_chunk() * kWindowK; }  // K of one block chunk
   // Bytes of one activation row in shared memory: 80 bytes per 32 columns (64 + 16 padding) so
   // that the 4 threads of a quad hit different banks, rounded to 64 mod 128 so that consecutive
   // rows do too (docs/KERNELS-decode.md).
   std::int64_t activation_row_bytes() const;
   // Dynamic shared memory: two activation stages (w4a16, cp.async ring) or one FP16 activation
-  // buffer (w4a4, filled from registers), and the split-K flag.
+  // buffer (w4a4, filled from registers), reused after the loop for the k_warps reduction, and
+  // the split-K flag.
   std::int64_t smem_bytes(Math math) const;
-  // e.g. "sm80+ mma.sync w4a16 bf16 x nvfp4(shuffled) tile n64 m8 k256, 4 warps x 1 m16, 2 stages"
+  std::int64_t reduction_scratch_bytes() const;  // accumulators of the warps with k part > 0
+  // e.g. "sm80+ mma.sync w4a16 bf16 x nvfp4(shuffled) -> bf16 mma tile n64 m8 k256, 4 warps x 1 m16, 2 stages"
   std::string name(Math math, WeightLayout layout) const;
 };
 
@@ -270,7 +275,7 @@ struct Plan {
   int split_k = 1;
   std::int64_t row_blocks = 0;  // ceil(N / rows_per_block)
   std::int64_t k_windows = 0;   // ceil(K / 128)
-  std::int64_t k_chunks = 0;    // ceil(k_windows / windows_per_chunk)
+  std::int64_t k_chunks = 0;    // ceil(k_windows / windows_per_block_chunk)
 
   std::int64_t blocks() const { return row_blocks * split_k; }
   // fp32 partials of every split plus one arrival counter per row block; 0 when split_k == 1.

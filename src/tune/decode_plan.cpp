@@ -15,15 +15,19 @@
 namespace fp4gap::decode {
 
 std::int64_t TileConfig::activation_row_bytes() const {
-  std::int64_t bytes = static_cast<std::int64_t>(windows_per_chunk) * 4 * 80;
+  std::int64_t bytes = static_cast<std::int64_t>(windows_per_block_chunk()) * 4 * 80;
   while (bytes % 128 != 64) bytes += 16;
   return bytes;
+}
+
+std::int64_t TileConfig::reduction_scratch_bytes() const {
+  return static_cast<std::int64_t>(warps - row_groups()) * mt * nt * 4 * 32 * 4;
 }
 
 std::int64_t TileConfig::smem_bytes(Math math) const {
   const std::int64_t buffer = static_cast<std::int64_t>(max_m()) * activation_row_bytes();
   const std::int64_t buffers = math == Math::w4a16 ? 2 : 1;
-  return buffers * buffer + 16;  // + the split-K "last block" flag
+  return std::max(buffers * buffer, reduction_scratch_bytes()) + 16;  // + the split-K "last block" flag
 }
 
 std::string TileConfig::name(Math math, WeightLayout layout) const {
@@ -31,8 +35,9 @@ std::string TileConfig::name(Math math, WeightLayout layout) const {
   os << "sm80+ mma.sync " << to_string(math) << " "
      << (math == Math::w4a16 ? "bf16 x nvfp4(" : "nvfp4 x nvfp4(") << to_string(layout) << ") -> "
      << (math == Math::w4a16 ? "bf16 mma" : "fp16 mma") << " tile n" << rows_per_block() << " m" << max_m()
-     << " k" << chunk_k() << ", " << warps << " warps x " << mt << " m16, "
-     << (math == Math::w4a16 ? "2 stages" : "1 stage + register prefetch");
+     << " k" << chunk_k() << ", " << warps << " warps";
+  if (k_warps > 1) os << " (" << row_groups() << " x " << k_warps << " k-split)";
+  os << " x " << mt << " m16, " << (math == Math::w4a16 ? "2 stages" : "1 stage + register prefetch");
   return os.str();
 }
 
@@ -40,18 +45,26 @@ const std::vector<TileConfig>& tile_configs() {
   // Must match the instantiations in src/cuda/decode/decode_gemm.cu (same order). Per activation
   // tile, a narrow (more blocks, finer balance) and a wide variant (fewer activation reads).
   static const std::vector<TileConfig> configs = {
-      {1, 1, 4, 2, 4},  // M <= 8:  64 weight rows per block, 16 warps per SM
-      {1, 2, 4, 2, 4},  // M <= 16: 64 rows
-      {1, 2, 8, 2, 2},  // M <= 16: 128 rows, activations shared by 8 warps
-      {1, 4, 4, 2, 3},  // M <= 32: 64 rows, small split-K tiles
-      {2, 4, 4, 1, 2},  // M <= 32: 2 m16 tiles per warp halve the shared-memory activation reads
-      {2, 8, 4, 1, 2},  // M <= 64: 128 rows
-      {2, 8, 8, 1, 1},  // M <= 64: 256 rows keep activation L2 reads below the weight bytes
+      // mt, nt, warps, k_warps, windows per warp chunk, min blocks per SM
+      {1, 1, 8, 8, 2, 2},  // M <= 8:  16 rows x 8 k parts: no global split-K down to N = 2112
+      {1, 1, 8, 4, 2, 2},  // M <= 8:  32 rows x 4 k parts
+      {1, 1, 4, 1, 2, 4},  // M <= 8:  64 rows, 16 warps per SM (large N)
+      {1, 2, 8, 8, 1, 2},  // M <= 16: 16 rows x 8 k parts
+      {1, 2, 8, 4, 2, 2},  // M <= 16: 32 rows x 4 k parts
+      {1, 2, 4, 1, 2, 4},  // M <= 16: 64 rows
+      {1, 4, 8, 2, 2, 2},  // M <= 32: 64 rows x 2 k parts
+      {1, 4, 4, 1, 2, 3},  // M <= 32: 64 rows
+      {2, 4, 4, 1, 1, 2},  // M <= 32: 2 m16 tiles per warp halve the shared-memory activation reads
+      {2, 8, 4, 1, 1, 2},  // M <= 64: 128 rows
+      {2, 8, 8, 1, 1, 1},  // M <= 64: 256 rows keep activation L2 reads below the weight bytes
   };
   return configs;
 }
 
 Status check_tile_config(const TileConfig& c, Math math, const DeviceContext& device) {
+  if (c.k_warps < 1 || c.warps % c.k_warps != 0) {
+    return Status::invalid_problem(c.name(math, WeightLayout::shuffled) + ": warps % k_warps != 0");
+  }
   if (device.cc_major < 8) {
     std::ostringstream os;
     os << c.name(math, WeightLayout::shuffled) << " needs mma.sync m16n8k16 (sm_80+); " << device.name
@@ -93,8 +106,8 @@ Status check_shape(std::int64_t m, std::int64_t n, std::int64_t k, Math math) {
 
 std::int64_t Plan::workspace_partial_floats() const {
   if (split_k <= 1) return 0;
-  // Each warp stores its mt * nt * 4 accumulators per lane.
-  return static_cast<std::int64_t>(split_k) * row_blocks * config.warps * config.mt * config.nt * 4 * 32;
+  // Each row group's k part 0 warp stores its mt * nt * 4 accumulators per lane.
+  return static_cast<std::int64_t>(split_k) * row_blocks * config.row_groups() * config.mt * config.nt * 4 * 32;
 }
 
 std::int64_t Plan::workspace_bytes() const {
@@ -137,8 +150,8 @@ Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, Math math, Weight
   }
   p.row_blocks = ceil_div(n, p.config.rows_per_block());
   p.k_windows = ceil_div(k, kWindowK);
-  p.k_chunks = ceil_div(p.k_windows, p.config.windows_per_chunk);
-  if (split_k < 1 || split_k > p.k_chunks) {
+  p.k_chunks = ceil_div(p.k_windows, p.config.windows_per_block_chunk());
+  if (split_k < 1 || split_k > p.k_chunks || split_k > 65535) {
     std::ostringstream os;
     os << "split_k outside [1, " << p.k_chunks << "] (chunks of " << p.config.chunk_k() << " in K = " << k
        << "): split_k = " << split_k;
@@ -199,7 +212,12 @@ double estimate_plan_us(const Plan& p, const DeviceContext& device) {
 
   const double chunks = busiest_sm_chunks(p, static_cast<int>(sms));
   const double blocks_per_sm = static_cast<double>(p.blocks()) / sms;
-  const double resident = std::min<double>(c.min_blocks_per_sm, std::ceil(blocks_per_sm));
+  const double smem_limited = device.smem_per_block_optin > 0
+                                  ? std::floor(static_cast<double>(device.smem_per_block_optin) /
+                                               static_cast<double>(c.smem_bytes(p.math)))
+                                  : c.min_blocks_per_sm;
+  const double resident = std::max(1.0, std::min({static_cast<double>(c.min_blocks_per_sm), smem_limited,
+                                                  std::ceil(blocks_per_sm)}));
   const double efficiency = std::min(1.0, resident * c.warps / kWarpsForFullBandwidth);
   const double memory_us = chunks * chunk_hbm_bytes / (kMemoryBytesPerUs / sms) / efficiency;
   const double l2_us = (chunks * chunk_l2_bytes + 2 * std::ceil(blocks_per_sm) * partial_bytes) / (kL2BytesPerUs / sms);
@@ -232,7 +250,7 @@ Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, Math math, Weig
       infeasible = fits.reason;
       continue;
     }
-    const std::int64_t k_chunks = ceil_div(ceil_div(k, kWindowK), c.windows_per_chunk);
+    const std::int64_t k_chunks = ceil_div(ceil_div(k, kWindowK), c.windows_per_block_chunk());
     for (std::int64_t split = 1; split <= k_chunks; ++split) {
       const Plan p = make_plan(m, n, k, math, layout, i, static_cast<int>(split));
       const double us = estimate_plan_us(p, device);

@@ -2,6 +2,7 @@
 // split-K choice, workspace sizes and launch-argument checks (include/fp4gap/decode.hpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -34,9 +35,10 @@ TEST(DecodePlan, ConfigsCoverEveryMInIncreasingOrder) {
     EXPECT_GE(c.max_m(), previous);
     previous = c.max_m();
     EXPECT_EQ(c.activation_row_bytes() % 128, 64) << c.name(Math::w4a16, WeightLayout::shuffled);
-    EXPECT_GE(c.activation_row_bytes(), c.windows_per_chunk * 4 * 80);
-    EXPECT_EQ(c.smem_bytes(Math::w4a16), 2 * c.max_m() * c.activation_row_bytes() + 16);
-    EXPECT_EQ(c.smem_bytes(Math::w4a4), c.max_m() * c.activation_row_bytes() + 16);
+    EXPECT_GE(c.activation_row_bytes(), c.windows_per_block_chunk() * 4 * 80);
+    EXPECT_EQ(c.warps % c.k_warps, 0);
+    EXPECT_EQ(c.smem_bytes(Math::w4a16), std::max(2 * c.max_m() * c.activation_row_bytes(), c.reduction_scratch_bytes()) + 16);
+    EXPECT_EQ(c.smem_bytes(Math::w4a4), std::max(c.max_m() * c.activation_row_bytes(), c.reduction_scratch_bytes()) + 16);
     EXPECT_TRUE(check_tile_config(c, Math::w4a16, h200()).is_ok());
     EXPECT_TRUE(check_tile_config(c, Math::w4a4, h200()).is_ok());
   }
@@ -44,22 +46,22 @@ TEST(DecodePlan, ConfigsCoverEveryMInIncreasingOrder) {
 }
 
 TEST(DecodePlan, ConfigNameSaysArchTypesTileAndStages) {
-  const TileConfig& c = tile_configs()[0];
+  const TileConfig& c = tile_configs()[2];
   const std::string name = c.name(Math::w4a16, WeightLayout::shuffled);
   expect_contains(name, "sm80+ mma.sync w4a16 bf16 x nvfp4(shuffled)");
-  expect_contains(name, "tile n64 m8 k256");
-  expect_contains(name, "2 stages");
-  expect_contains(tile_configs()[6].name(Math::w4a4, WeightLayout::plain), "nvfp4 x nvfp4(plain) -> fp16 mma tile n256 m64 k128");
-  const Plan p = make_plan(1, 2048, 6144, Math::w4a16, WeightLayout::shuffled, 0, 8);
+  expect_contains(name, "tile n64 m8 k256, 4 warps x 1 m16, 2 stages");
+  expect_contains(tile_configs()[0].name(Math::w4a16, WeightLayout::plain), "tile n16 m8 k2048, 8 warps (1 x 8 k-split) x 1 m16");
+  expect_contains(tile_configs()[10].name(Math::w4a4, WeightLayout::plain), "nvfp4 x nvfp4(plain) -> fp16 mma tile n256 m64 k128");
+  const Plan p = make_plan(1, 2048, 6144, Math::w4a16, WeightLayout::shuffled, 2, 8);
   expect_contains(p.describe(), "split-k 8 (3 chunks of 256 per split, 256 blocks)");
 }
 
 TEST(DecodePlan, InfeasibleConfigsSayWhy) {
   DeviceContext small = h200();
   small.smem_per_block_optin = 1000;
-  const Status s = check_tile_config(tile_configs()[6], Math::w4a16, small);
+  const Status s = check_tile_config(tile_configs()[10], Math::w4a16, small);
   EXPECT_EQ(s.code, StatusCode::not_supported);
-  expect_contains(s.reason, "needs " + std::to_string(tile_configs()[6].smem_bytes(Math::w4a16)) +
+  expect_contains(s.reason, "needs " + std::to_string(tile_configs()[10].smem_bytes(Math::w4a16)) +
                                 " bytes of shared memory per block; NVIDIA H200 allows 1000");
   EXPECT_THROW(choose_plan(64, 4096, 6144, Math::w4a16, WeightLayout::shuffled, small), InvalidArgument);
   DeviceContext old = h200();
@@ -90,12 +92,12 @@ TEST(DecodePlan, MakePlanRejectsBadChoices) {
                InvalidArgument);
   EXPECT_THROW(make_plan(1, 64, 256, Math::w4a16, WeightLayout::shuffled, 0, 2), InvalidArgument);  // 1 chunk
   try {
-    make_plan(1, 64, 6144, Math::w4a16, WeightLayout::shuffled, 0, 25);
+    make_plan(1, 64, 6144, Math::w4a16, WeightLayout::shuffled, 2, 25);
     FAIL();
   } catch (const InvalidArgument& e) {
     expect_contains(e.what(), "split_k outside [1, 24] (chunks of 256 in K = 6144): split_k = 25");
   }
-  const Plan p = make_plan(1, 100, 6176, Math::w4a16, WeightLayout::plain, 0, 25);
+  const Plan p = make_plan(1, 100, 6176, Math::w4a16, WeightLayout::plain, 2, 25);
   EXPECT_EQ(p.row_blocks, 2);
   EXPECT_EQ(p.k_windows, 49);
   EXPECT_EQ(p.k_chunks, 25);
@@ -121,17 +123,22 @@ TEST(DecodePlan, SplitRangesPartitionTheChunksEvenly) {
 }
 
 TEST(DecodePlan, WorkspaceHoldsEveryPartialAndTheCounters) {
-  const Plan one = make_plan(16, 2048, 6144, Math::w4a16, WeightLayout::shuffled, 2, 1);
+  const Plan one = make_plan(16, 2048, 6144, Math::w4a16, WeightLayout::shuffled, 5, 1);
   EXPECT_EQ(one.workspace_bytes(), 0);
-  const Plan p = make_plan(16, 2048, 6144, Math::w4a16, WeightLayout::shuffled, 2, 6);
-  // 6 splits x 16 row blocks x 8 warps x (1 x 2 x 4 accumulators) x 32 lanes.
-  EXPECT_EQ(p.workspace_partial_floats(), 6 * 16 * 8 * 8 * 32);
-  EXPECT_EQ(p.workspace_bytes(), 6 * 16 * 8 * 8 * 32 * 4 + 256);
+  const Plan p = make_plan(16, 2048, 6144, Math::w4a16, WeightLayout::shuffled, 5, 6);
+  // 6 splits x 32 row blocks x 4 row groups x (1 x 2 x 4 accumulators) x 32 lanes.
+  EXPECT_EQ(p.workspace_partial_floats(), 6 * 32 * 4 * 8 * 32);
+  EXPECT_EQ(p.workspace_bytes(), 6 * 32 * 4 * 8 * 32 * 4 + 256);
+  // With k-split warps only one warp per row group stores: 8 warps = 2 row groups x 4 k parts.
+  const Plan k_split = make_plan(16, 2048, 6144, Math::w4a16, WeightLayout::shuffled, 4, 2);
+  EXPECT_EQ(k_split.row_blocks, 64);
+  EXPECT_EQ(k_split.k_chunks, 6);
+  EXPECT_EQ(k_split.workspace_partial_floats(), 2 * 64 * 2 * 8 * 32);
 }
 
-// The policy on the shapes: the smallest tile holding M, the weight spread over the SMs
-// (for M <= 16 the busiest SM streams at most 1/0.85 of its fair share), the model's time near
-// the weight floor where memory-bound (M <= 16; above, the mma work rather than the bytes bounds it).
+// The policy on the shapes: the smallest tile holding M, the weight spread over the SMs,
+// the model's time near the weight floor where memory-bound (M <= 16; above, the mma work rather
+// than the bytes bounds it).
 TEST(DecodePlan, ChoosesTilesAndSplitsThatFillTheMachine) {
   struct NK {
     std::int64_t n, k;
@@ -152,9 +159,9 @@ TEST(DecodePlan, ChoosesTilesAndSplitsThatFillTheMachine) {
         }
         const double busiest = busiest_sm_chunks(p, dev.sm_count);
         const double fair = static_cast<double>(p.row_blocks * p.k_chunks) / dev.sm_count;
-        // Decode proper (M <= 16) is memory-bound: every SM must stream its share. Above, the
-        // split-K tail (the last block reads every partial tile) costs more than some imbalance.
-        EXPECT_GE(fair / busiest, m <= 16 ? 0.85 : 0.7) << what << ", balance " << fair / busiest;
+        // The busiest SM streams at most 1/0.7 of its fair share: finer balance costs split-K
+        // tails or activation re-reads, which the model weighs (docs/KERNELS-decode.md).
+        EXPECT_GE(fair / busiest, 0.7) << what << ", balance " << fair / busiest;
         const double floor_us = static_cast<double>(nk.n) * static_cast<double>(nk.k) * 0.5625 / 4.27e6;
         if (m <= 16) {
           EXPECT_LT(us, 1.25 * floor_us + 1.0) << what;
@@ -174,14 +181,14 @@ TEST(DecodePlan, ChoiceIsDeterministicAndModelMonotoneInBytes) {
   const Plan a = choose_plan(7, 4096, 6144, Math::w4a4, WeightLayout::shuffled, dev);
   const Plan b = choose_plan(7, 4096, 6144, Math::w4a4, WeightLayout::shuffled, dev);
   EXPECT_EQ(a.describe(), b.describe());
-  const Plan small = make_plan(7, 2048, 6144, Math::w4a4, WeightLayout::shuffled, 0, 8);
-  const Plan large = make_plan(7, 4096, 6144, Math::w4a4, WeightLayout::shuffled, 0, 8);
+  const Plan small = make_plan(7, 2048, 6144, Math::w4a4, WeightLayout::shuffled, 2, 8);
+  const Plan large = make_plan(7, 4096, 6144, Math::w4a4, WeightLayout::shuffled, 2, 8);
   EXPECT_LT(estimate_plan_us(small, dev), estimate_plan_us(large, dev));
 }
 
 TEST(DecodePlan, LaunchArgumentChecksNameTheProblem) {
   const Plan p = make_plan(4, 64, 256, Math::w4a4, WeightLayout::shuffled, 0, 1);
-  const Plan split = make_plan(4, 64, 512, Math::w4a4, WeightLayout::shuffled, 0, 2);
+  const Plan split = make_plan(4, 64, 512, Math::w4a4, WeightLayout::shuffled, 2, 2);
   alignas(256) static std::uint8_t buf[4096];
   GemmArgs args;
   args.a = buf;

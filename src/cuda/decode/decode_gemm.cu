@@ -2,6 +2,8 @@
 #include <cuda_runtime.h>
 
 #include <array>
+#include <mutex>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -21,22 +23,27 @@ struct Instantiation {
   Kernel kernels[2][2];  // [math][layout]
 };
 
-template <int MT, int NT, int WARPS, int G, int MIN_BLOCKS>
+// MIN_BLOCKS_W4A4_PLAIN: the W4A4 plain-layout variant converts both operands' scales through
+// float and needs more registers; where 64K / (threads * MIN_BLOCKS) would make it spill, it gets
+// a lower occupancy of its own (docs/KERNELS-decode.md, register table).
+template <int MT, int NT, int WARPS, int WK, int G, int MIN_BLOCKS, int MIN_BLOCKS_W4A4_PLAIN = MIN_BLOCKS>
 constexpr Instantiation instantiate() {
   using device::decode_gemm_kernel;
-  return {TileConfig{MT, NT, WARPS, G, MIN_BLOCKS},
-          {{&decode_gemm_kernel<Math::w4a16, WeightLayout::plain, MT, NT, WARPS, G, MIN_BLOCKS>,
-            &decode_gemm_kernel<Math::w4a16, WeightLayout::shuffled, MT, NT, WARPS, G, MIN_BLOCKS>},
-           {&decode_gemm_kernel<Math::w4a4, WeightLayout::plain, MT, NT, WARPS, G, MIN_BLOCKS>,
-            &decode_gemm_kernel<Math::w4a4, WeightLayout::shuffled, MT, NT, WARPS, G, MIN_BLOCKS>}}};
+  return {TileConfig{MT, NT, WARPS, WK, G, MIN_BLOCKS},
+          {{&decode_gemm_kernel<Math::w4a16, WeightLayout::plain, MT, NT, WARPS, WK, G, MIN_BLOCKS>,
+            &decode_gemm_kernel<Math::w4a16, WeightLayout::shuffled, MT, NT, WARPS, WK, G, MIN_BLOCKS>},
+           {&decode_gemm_kernel<Math::w4a4, WeightLayout::plain, MT, NT, WARPS, WK, G, MIN_BLOCKS_W4A4_PLAIN>,
+            &decode_gemm_kernel<Math::w4a4, WeightLayout::shuffled, MT, NT, WARPS, WK, G, MIN_BLOCKS>}}};
 }
 
 // Same order as tile_configs() (src/tune/decode_plan.cpp); checked at first use.
-const std::array<Instantiation, 7>& instantiations() {
-  static const std::array<Instantiation, 7> list = {
-      instantiate<1, 1, 4, 2, 4>(), instantiate<1, 2, 4, 2, 4>(), instantiate<1, 2, 8, 2, 2>(),
-      instantiate<1, 4, 4, 2, 3>(), instantiate<2, 4, 4, 1, 2>(), instantiate<2, 8, 4, 1, 2>(),
-      instantiate<2, 8, 8, 1, 1>(),
+const std::array<Instantiation, 11>& instantiations() {
+  static const std::array<Instantiation, 11> list = {
+      instantiate<1, 1, 8, 8, 2, 2>(), instantiate<1, 1, 8, 4, 2, 2>(), instantiate<1, 1, 4, 1, 2, 4>(),
+      instantiate<1, 2, 8, 8, 1, 2>(), instantiate<1, 2, 8, 4, 2, 2, 1>(), instantiate<1, 2, 4, 1, 2, 4>(),
+      instantiate<1, 4, 8, 2, 2, 2, 1>(),
+      instantiate<1, 4, 4, 1, 2, 3>(), instantiate<2, 4, 4, 1, 1, 2>(), instantiate<2, 8, 4, 1, 1, 2>(),
+      instantiate<2, 8, 8, 1, 1, 1>(),
   };
   static const bool checked = [] {
     const auto& configs = tile_configs();
@@ -44,9 +51,9 @@ const std::array<Instantiation, 7>& instantiations() {
     for (std::size_t i = 0; same && i < list.size(); ++i) {
       const TileConfig& a = configs[i];
       const TileConfig& b = list[i].config;
-      same = a.mt == b.mt && a.nt == b.nt && a.warps == b.warps && a.windows_per_chunk == b.windows_per_chunk &&
-             a.min_blocks_per_sm == b.min_blocks_per_sm &&
-             a.activation_row_bytes() == device::activation_row_bytes(b.windows_per_chunk);
+      same = a.mt == b.mt && a.nt == b.nt && a.warps == b.warps && a.k_warps == b.k_warps &&
+             a.windows_per_chunk == b.windows_per_chunk && a.min_blocks_per_sm == b.min_blocks_per_sm &&
+             a.activation_row_bytes() == device::activation_row_bytes(b.windows_per_block_chunk());
     }
     if (!same) throw std::logic_error("decode: tile_configs() and the kernel instantiations differ");
     return true;
@@ -68,15 +75,21 @@ Kernel kernel_of(const Plan& plan) {
 
 void prepare_launch(const Plan& plan) {
   const std::int64_t smem = plan.config.smem_bytes(plan.math);
-  if (smem > 48 * 1024) {
-    CUDA_CHECK(cudaFuncSetAttribute(kernel_of(plan), cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  }
+  if (smem <= 48 * 1024) return;
+  // Once per kernel: later launches (possibly inside a graph capture) make no attribute calls.
+  static std::mutex mutex;
+  static std::set<Kernel> raised;
+  const Kernel kernel = kernel_of(plan);
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (raised.count(kernel) != 0) return;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  raised.insert(kernel);
 }
 
 void launch_gemm(const Plan& plan, const GemmArgs& args, void* stream) {
   check_gemm_args(plan, args);
   const Kernel kernel = kernel_of(plan);
-  if (plan.config.smem_bytes(plan.math) > 48 * 1024) prepare_launch(plan);
+  prepare_launch(plan);
 
   device::Params p;
   p.m = plan.m;

@@ -2,7 +2,8 @@
 // The decode GEMM kernel (M <= 64): D^T = W * A^T with mma.sync m16n8k16, the NVFP4 weight W
 // streamed from global memory straight into registers (16-byte loads, one chunk ahead),
 // dequantized there exactly (include/fp4gap/decode.hpp), activations staged in shared memory,
-// split-K partials reduced deterministically by the last block of each row block.
+// warps of a block optionally splitting K (reduced in shared memory), split-K partials across
+// blocks reduced deterministically by the last block of each row block.
 // docs/KERNELS-decode.md explains the design; this file is included by decode_gemm.cu only.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -95,32 +96,43 @@ struct WeightRegs {
   std::uint32_t scales[G][MT];
 };
 
-template <Math M, WeightLayout L, int MT, int NT, int WARPS, int G>
+template <Math M, WeightLayout L, int MT, int NT, int WARPS, int WK, int G>
 struct Tile {
   static constexpr int kThreads = WARPS * 32;
-  static constexpr int kRows = WARPS * MT * kTileRows;
+  static constexpr int kRowGroups = WARPS / WK;
+  static constexpr int kRows = kRowGroups * MT * kTileRows;
   static constexpr int kMPad = NT * 8;
-  static constexpr int kRowBytes = activation_row_bytes(G);
+  static constexpr int kChunkWindows = G * WK;  // windows of one block chunk; warp part kp owns G
+  static constexpr int kRowBytes = activation_row_bytes(kChunkWindows);
   static constexpr int kActBytes = kMPad * kRowBytes;
   static constexpr int kActBuffers = M == Math::w4a16 ? 2 : 1;
+  static constexpr int kScratchBytes = (WARPS - kRowGroups) * MT * NT * 4 * 32 * 4;
+  static constexpr int kFlagOffset = kActBuffers * kActBytes > kScratchBytes ? kActBuffers * kActBytes : kScratchBytes;
   // W4A4 activations: 32-column segments per chunk, converted from registers.
-  static constexpr int kActSegments = kMPad * G * 4;
+  static constexpr int kActSegments = kMPad * kChunkWindows * 4;
   static constexpr int kActSegmentsPerThread = (kActSegments + kThreads - 1) / kThreads;
+  static_assert(WARPS % WK == 0, "warps split into row groups x k parts");
 
   const Params& p;
   unsigned char* smem;
   int warp, lane, g, t;
+  int row_group, k_part;   // warp = row_group * WK + k_part
   std::int64_t warp_row0;  // first weight row of this warp
 
   __device__ Tile(const Params& params, unsigned char* shared)
       : p(params), smem(shared), warp(static_cast<int>(threadIdx.x) / 32), lane(static_cast<int>(threadIdx.x) % 32),
-        g(lane >> 2), t(lane & 3),
-        warp_row0(static_cast<std::int64_t>(blockIdx.x) * kRows + static_cast<std::int64_t>(warp) * MT * kTileRows) {}
+        g(lane >> 2), t(lane & 3), row_group(warp / WK), k_part(warp % WK),
+        warp_row0(static_cast<std::int64_t>(blockIdx.x) * kRows + static_cast<std::int64_t>(row_group) * MT * kTileRows) {}
+
+  // The window of K that window wi of this warp's part of chunk `chunk` is.
+  __device__ std::int64_t window_of(std::int64_t chunk, int wi) const {
+    return chunk * kChunkWindows + k_part * G + wi;
+  }
 
   __device__ void load_weights(WeightRegs<MT, G>& r, std::int64_t chunk) const {
 #pragma unroll
     for (int wi = 0; wi < G; ++wi) {
-      const std::int64_t window = chunk * G + wi;
+      const std::int64_t window = window_of(chunk, wi);
       const std::int64_t col0 = window * kWindowK + 32 * t;
       const bool valid_k = window < p.k_windows && col0 < p.k;
 #pragma unroll
@@ -157,11 +169,11 @@ struct Tile {
   // W4A16: cp.async the bf16 activations of a chunk into buffer `stage`, zero past K.
   __device__ void copy_activations(std::int64_t chunk, int stage) const {
     const auto* a = static_cast<const std::uint16_t*>(p.a);
-    const std::int64_t col_base = chunk * G * kWindowK;
+    const std::int64_t col_base = chunk * kChunkWindows * kWindowK;
     const int rows = p.m < kMPad ? static_cast<int>(p.m) : kMPad;  // rows >= M feed only unused columns
     unsigned char* buffer = smem + stage * kActBytes;
-    for (int i = static_cast<int>(threadIdx.x); i < rows * G * 16; i += kThreads) {
-      const int r = i / (G * 16), e = i % (G * 16);
+    for (int i = static_cast<int>(threadIdx.x); i < rows * kChunkWindows * 16; i += kThreads) {
+      const int r = i / (kChunkWindows * 16), e = i % (kChunkWindows * 16);
       const std::int64_t col = col_base + 8 * e;
       const bool valid = col < p.k;
       cp_async_16(buffer + r * kRowBytes + (e / 4) * 80 + (e % 4) * 16, valid ? a + r * p.k + col : a, valid);
@@ -179,8 +191,8 @@ struct Tile {
 #pragma unroll
     for (int j = 0; j < kActSegmentsPerThread; ++j) {
       const int i = static_cast<int>(threadIdx.x) + j * kThreads;
-      const int row = i / (G * 4), seg = i % (G * 4);
-      const std::int64_t col = chunk * G * kWindowK + 32 * seg;
+      const int row = i / (kChunkWindows * 4), seg = i % (kChunkWindows * 4);
+      const std::int64_t col = chunk * kChunkWindows * kWindowK + 32 * seg;
       r.codes[j] = make_uint4(0, 0, 0, 0);
       r.scales[j] = 0;
       if (i < kActSegments && row < p.m && col < p.k) {
@@ -194,7 +206,7 @@ struct Tile {
 #pragma unroll
     for (int j = 0; j < kActSegmentsPerThread; ++j) {
       const int i = static_cast<int>(threadIdx.x) + j * kThreads;
-      const int row = i / (G * 4), seg = i % (G * 4);
+      const int row = i / (kChunkWindows * 4), seg = i % (kChunkWindows * 4);
       if (i >= kActSegments || row >= p.m) continue;
       unsigned char* dst = smem + row * kRowBytes + seg * 80;
 #pragma unroll
@@ -216,7 +228,7 @@ struct Tile {
                           float (&acc)[MT][NT][4]) const {
 #pragma unroll
     for (int wi = 0; wi < G; ++wi) {
-      if (chunk * G + wi >= p.k_windows) break;  // uniform: the last chunk may hold one window
+      if (window_of(chunk, wi) >= p.k_windows) break;  // uniform per warp: the last chunk may be short
 #pragma unroll
       for (int h = 0; h < 2; ++h) {  // steps 4h .. 4h+3 use scale block 2t + h
         std::uint32_t scale[MT][2];  // rows g, g + 8
@@ -262,7 +274,8 @@ struct Tile {
           for (int j = 0; j < NT; ++j) {
             // Activation row 8j + g, columns 32t + 8 * pair .. +7 of the window: both steps' B
             // fragments in one 16-byte shared load.
-            const uint4 b = *reinterpret_cast<const uint4*>(act + (j * 8 + g) * kRowBytes + (wi * 4 + t) * 80 + pair * 16);
+            const uint4 b = *reinterpret_cast<const uint4*>(act + (j * 8 + g) * kRowBytes +
+                                                            ((k_part * G + wi) * 4 + t) * 80 + pair * 16);
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
               mma_16816<M>(acc[mt][j], frag[mt][0], b.x, b.y);
@@ -298,23 +311,57 @@ struct Tile {
     }
   }
 
-  // Split-K: every block stores its partial tile; the last to arrive at the row block's counter
-  // adds all splits in split order (bitwise repeatable) and writes the output.
+  // k parts: the warps of a row group with k_part > 0 leave their accumulators in shared memory
+  // (the activation buffers are free after the loop); k part 0 adds them in k-part order.
+  __device__ void reduce_k_parts(float (&acc)[MT][NT][4]) const {
+    auto* scratch = reinterpret_cast<float4*>(smem);
+    auto slot = [&](int part, int mt, int j) { return ((row_group * (WK - 1) + part - 1) * MT * NT + mt * NT + j) * 32 + lane; };
+    if (k_part > 0) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int j = 0; j < NT; ++j) scratch[slot(k_part, mt, j)] = make_float4(acc[mt][j][0], acc[mt][j][1], acc[mt][j][2], acc[mt][j][3]);
+      }
+    }
+    __syncthreads();
+    if (k_part == 0) {
+      for (int part = 1; part < WK; ++part) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {
+            const float4 v = scratch[slot(part, mt, j)];
+            acc[mt][j][0] += v.x;
+            acc[mt][j][1] += v.y;
+            acc[mt][j][2] += v.z;
+            acc[mt][j][3] += v.w;
+          }
+        }
+      }
+    }
+  }
+
+  // Split-K: every block stores its partial tile (k part 0 warps); the last block to arrive at the
+  // row block's counter adds all splits in split order (bitwise repeatable). Every thread of the
+  // block calls it (barriers); returns whether this thread's warp writes the output.
   __device__ bool reduce_partials(float (&acc)[MT][NT][4]) const {
     auto* ws = reinterpret_cast<float4*>(p.partials);
-    const std::int64_t slots_per_split = static_cast<std::int64_t>(gridDim.x) * WARPS;
-    const std::int64_t my_slot = blockIdx.y * slots_per_split + static_cast<std::int64_t>(blockIdx.x) * WARPS + warp;
+    const std::int64_t slots_per_split = static_cast<std::int64_t>(gridDim.x) * kRowGroups;
+    const std::int64_t base_slot = static_cast<std::int64_t>(blockIdx.x) * kRowGroups + row_group;
+    if (k_part == 0) {
+      const std::int64_t my_slot = blockIdx.y * slots_per_split + base_slot;
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
+      for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        __stcg(&ws[(my_slot * MT * NT + mt * NT + j) * 32 + lane],
-               make_float4(acc[mt][j][0], acc[mt][j][1], acc[mt][j][2], acc[mt][j][3]));
+        for (int j = 0; j < NT; ++j) {
+          __stcg(&ws[(my_slot * MT * NT + mt * NT + j) * 32 + lane],
+                 make_float4(acc[mt][j][0], acc[mt][j][1], acc[mt][j][2], acc[mt][j][3]));
+        }
       }
     }
     __threadfence();
     __syncthreads();
-    auto* last_flag = reinterpret_cast<int*>(smem + kActBuffers * kActBytes);
+    auto* last_flag = reinterpret_cast<int*>(smem + kFlagOffset);
     if (threadIdx.x == 0) {
       const unsigned int arrived = atomicAdd(&p.counters[blockIdx.x], 1u);
       const bool last = arrived == static_cast<unsigned int>(p.split_k - 1);
@@ -322,9 +369,8 @@ struct Tile {
       *last_flag = last ? 1 : 0;
     }
     __syncthreads();
-    if (*last_flag == 0) return false;
+    if (*last_flag == 0 || k_part != 0) return false;
     __threadfence();
-    const std::int64_t base_slot = static_cast<std::int64_t>(blockIdx.x) * WARPS + warp;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -347,9 +393,9 @@ struct Tile {
   }
 };
 
-template <Math M, WeightLayout L, int MT, int NT, int WARPS, int G, int MIN_BLOCKS>
+template <Math M, WeightLayout L, int MT, int NT, int WARPS, int WK, int G, int MIN_BLOCKS>
 __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_gemm_kernel(const Params p) {
-  using T = Tile<M, L, MT, NT, WARPS, G>;
+  using T = Tile<M, L, MT, NT, WARPS, WK, G>;
   extern __shared__ __align__(16) unsigned char smem[];
   const T tile(p, smem);
   const ChunkRange range = split_chunk_range(p.k_chunks, p.split_k, static_cast<int>(blockIdx.y));
@@ -399,7 +445,12 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_gemm_kernel(con
     if (c + 1 < range.end) step(c + 1, regs[1], regs[0], 1);
   }
 
-  if (p.split_k > 1 && !tile.reduce_partials(acc)) return;
+  if constexpr (WK > 1) tile.reduce_k_parts(acc);
+  if (p.split_k > 1) {
+    if (!tile.reduce_partials(acc)) return;
+  } else if (tile.k_part != 0) {
+    return;
+  }
   tile.store_output(acc);
 }
 

@@ -36,6 +36,10 @@ inline constexpr int kChunkBytes = kChunkCodeBytes + kChunkScaleBytes;
 // Largest split-K factor: split CTAs of one tile form a thread-block cluster and reduce their
 // partial sums through distributed shared memory; 8 is the portable cluster size limit.
 inline constexpr int kMaxSplitK = 8;
+// Row stride, in floats, of the staged output tile [block_m][kBlockN]: 4 floats of padding make the
+// consumers' fragment writes conflict-free (bank = (4 row + col) % 32 over a warp's lanes) and keep
+// rows 16-byte aligned for the vector reads that feed the global stores.
+inline constexpr int kStagedStride = kBlockN + 4;
 
 // ---- Tile configurations ----
 
@@ -53,6 +57,9 @@ struct TileConfig {
   // Shared memory a split-K reduction needs to hold one CTA's fp32 partial tile; it reuses the
   // stage ring, so it must fit in it.
   std::int64_t partial_tile_bytes() const;
+  // Shared memory of the fp32 output tile staged for coalesced stores (rows padded to
+  // kStagedStride floats); it reuses the stage ring too.
+  std::int64_t staged_tile_bytes() const;
   // Bytes of one pipeline stage: the activation tile plus one packed weight chunk.
   std::int64_t stage_bytes() const;
 };

@@ -31,6 +31,8 @@ std::int64_t TileConfig::partial_tile_bytes() const {
   return static_cast<std::int64_t>(kConsumerWarpgroups) * 128 * (block_m / 2) * 4;
 }
 
+std::int64_t TileConfig::staged_tile_bytes() const { return static_cast<std::int64_t>(block_m) * kStagedStride * 4; }
+
 const std::vector<TileConfig>& tile_configs() {
   // Must match the instantiations in src/cuda/prefill/prefill_gemm.cu.
   static const std::vector<TileConfig> configs = {
@@ -48,10 +50,11 @@ Status check_tile_config(const TileConfig& c, const DeviceContext& device) {
        << " allows " << device.smem_per_block_optin;
     return Status::not_supported(os.str());
   }
-  if (c.partial_tile_bytes() > c.stages * c.stage_bytes()) {
+  const std::int64_t ring = c.stages * c.stage_bytes();
+  if (c.partial_tile_bytes() > ring || c.staged_tile_bytes() > ring) {
     std::ostringstream os;
-    os << c.name() << ": the split-K partial tile (" << c.partial_tile_bytes()
-       << " bytes) does not fit in the stage ring (" << c.stages * c.stage_bytes() << " bytes)";
+    os << c.name() << ": the split-K partial tile (" << c.partial_tile_bytes() << " bytes) or the staged output tile ("
+       << c.staged_tile_bytes() << " bytes) does not fit in the stage ring (" << ring << " bytes)";
     return Status::not_supported(os.str());
   }
   return Status::ok();

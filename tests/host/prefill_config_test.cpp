@@ -34,6 +34,11 @@ TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
   EXPECT_EQ(configs[0].smem_bytes(), 6 * (256 * 128 + 4608) + 96 + 1024);
   EXPECT_EQ(configs[1].smem_bytes(), 8 * (128 * 128 + 4608) + 128 + 1024);
   EXPECT_EQ(configs[0].partial_tile_bytes(), 256 * 128 * 4);
+  EXPECT_EQ(configs[0].staged_tile_bytes(), 256 * 132 * 4);
+  for (const TileConfig& c : configs) {
+    EXPECT_LE(c.staged_tile_bytes(), c.stages * c.stage_bytes()) << c.name();
+    EXPECT_LE(c.partial_tile_bytes(), c.stages * c.stage_bytes()) << c.name();
+  }
 }
 
 TEST(PrefillConfig, FeasibilityAgainstTheDeviceLimit) {

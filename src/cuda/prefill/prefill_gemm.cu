@@ -74,6 +74,48 @@ __device__ __forceinline__ void store_quad(void* out, OutputType type, int m, in
   }
 }
 
+// Stores rows [0, rows) of the staged fp32 tile (alpha applied) to D[m0 + r][n0 + c], 16 bytes per
+// thread and store where the row allows it (N a multiple of 8 elements for 16-bit outputs, 4 for
+// f32), element by element at the N edge otherwise.
+__device__ __forceinline__ void store_staged_tile(const float* staged, void* out, OutputType type, int m, int n,
+                                                  int m0, int n0, int rows, int thread) {
+  constexpr int kThreads = kConsumerWarpgroups * 128;
+  const int per_store = type == OutputType::f32 ? 4 : 8;  // elements in 16 bytes
+  const int chunks_per_row = kBlockN / per_store;
+  const bool vector_rows = n % per_store == 0;
+  for (int chunk = thread; chunk < rows * chunks_per_row; chunk += kThreads) {
+    const int r = chunk / chunks_per_row;
+    const int c = (chunk % chunks_per_row) * per_store;
+    const int gm = m0 + r, gn = n0 + c;
+    if (gm >= m || gn >= n) continue;
+    const float* src = staged + r * kStagedStride + c;
+    const std::int64_t idx = static_cast<std::int64_t>(gm) * n + gn;
+    if (vector_rows && gn + per_store <= n) {
+      if (type == OutputType::f32) {
+        *reinterpret_cast<float4*>(static_cast<float*>(out) + idx) = *reinterpret_cast<const float4*>(src);
+      } else {
+        const float4 lo = *reinterpret_cast<const float4*>(src);
+        const float4 hi = *reinterpret_cast<const float4*>(src + 4);
+        uint4 packed;
+        if (type == OutputType::bf16) {
+          const __nv_bfloat162 p0 = __floats2bfloat162_rn(lo.x, lo.y), p1 = __floats2bfloat162_rn(lo.z, lo.w);
+          const __nv_bfloat162 p2 = __floats2bfloat162_rn(hi.x, hi.y), p3 = __floats2bfloat162_rn(hi.z, hi.w);
+          packed = make_uint4(*reinterpret_cast<const std::uint32_t*>(&p0), *reinterpret_cast<const std::uint32_t*>(&p1),
+                              *reinterpret_cast<const std::uint32_t*>(&p2), *reinterpret_cast<const std::uint32_t*>(&p3));
+        } else {
+          const __half2 p0 = __floats2half2_rn(lo.x, lo.y), p1 = __floats2half2_rn(lo.z, lo.w);
+          const __half2 p2 = __floats2half2_rn(hi.x, hi.y), p3 = __floats2half2_rn(hi.z, hi.w);
+          packed = make_uint4(*reinterpret_cast<const std::uint32_t*>(&p0), *reinterpret_cast<const std::uint32_t*>(&p1),
+                              *reinterpret_cast<const std::uint32_t*>(&p2), *reinterpret_cast<const std::uint32_t*>(&p3));
+        }
+        *reinterpret_cast<uint4*>(static_cast<std::uint16_t*>(out) + idx) = packed;
+      }
+    } else {
+      for (int e = 0; e < per_store && gn + e < n; ++e) store_output(out, type, idx + e, src[e]);
+    }
+  }
+}
+
 #endif  // FP4GAP_PREFILL_SM90A
 
 template <int BM, int STAGES>
@@ -200,13 +242,27 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
     const int n_row = nt * kBlockN + frag_row;
     const int m_col = mt * BM + 2 * t;
     if (split_k == 1) {
+      // Staged through shared memory so that global stores are 16-byte and row-contiguous: the
+      // fragment layout alone gives 4 rows x 16 bytes per warp store. The stage ring is free once
+      // both consumer warpgroups are done reading it (through the async proxy).
+      ptx::fence_proxy_async();
+      ptx::named_barrier(1, kConsumerWarpgroups * 128);
+      float* staged = reinterpret_cast<float*>(base_ptr);
 #pragma unroll
       for (int i = 0; i < kAcc / 4; ++i) {
-        store_quad(out, out_type, m, n, m_col + 8 * i, n_row,
-                   make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]), alpha);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = 8 * i + 2 * t + (e & 1);  // activation row in the tile (output row)
+          const int col = frag_row + ((e >> 1) << 3);  // weight row in the tile (output column)
+          staged[row * kStagedStride + col] = alpha * acc[4 * i + e];
+        }
       }
+      ptx::named_barrier(1, kConsumerWarpgroups * 128);
+      store_staged_tile(staged, out, out_type, m, n, mt * BM, nt * kBlockN, BM, warpgroup * 128 + tid);
     } else {
-      // The partial tile reuses the stage ring: both consumer warpgroups must be done reading it.
+      // The partial tile reuses the stage ring: both consumer warpgroups must be done reading it
+      // (their wgmmas read it through the async proxy; the partials are ordinary stores).
+      ptx::fence_proxy_async();
       ptx::named_barrier(1, kConsumerWarpgroups * 128);
       float4* partial = reinterpret_cast<float4*>(base_ptr);
       const int thread = warpgroup * 128 + tid;

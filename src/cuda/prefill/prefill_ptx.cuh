@@ -112,6 +112,10 @@ __device__ __forceinline__ float4 load_cluster_f4(std::uint32_t addr) {
   return v;
 }
 
+// Orders this thread's shared-memory accesses through the async proxy (wgmma, TMA) against its
+// later ordinary accesses to the same bytes.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
 // Named barrier over `threads` threads (a multiple of 32) with id `id` (0 is __syncthreads).
 __device__ __forceinline__ void named_barrier(std::uint32_t id, std::uint32_t threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");

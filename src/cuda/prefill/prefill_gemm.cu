@@ -33,10 +33,10 @@
 namespace fp4gap::prefill {
 namespace {
 
+#if FP4GAP_PREFILL_SM90A
+
 constexpr int kProducerRegisters = 40;
 constexpr int kConsumerRegisters = 232;  // 2 x 128 x 232 + 128 x 40 <= 65536
-
-#if FP4GAP_PREFILL_SM90A
 
 template <int BM>
 struct Wgmma;

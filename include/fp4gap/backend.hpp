@@ -68,6 +68,11 @@ class GemmRunner {
   virtual OperandView b_operand() const = 0;
   virtual double alpha() const = 0;
   virtual std::string config() const { return {}; }        // chosen tactic/tile, printable
+  // Accumulation error beyond float32's, relative to sum |a*b| (verify.hpp). 0 for paths whose
+  // products are exact and summed in float32; FP8 tensor cores on Hopper align each group of
+  // products to its largest exponent and keep ~14 bits (DeepSeek-V3 report, section 3.3.2), so
+  // a 32-product group can be off by 32 * 2^-14 = 2^-9 of its absolute sum.
+  virtual double tensor_core_error_bound() const { return 0.0; }
   virtual bool on_device() const = 0;
 };
 

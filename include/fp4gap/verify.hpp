@@ -12,7 +12,10 @@ namespace fp4gap {
 // roundoff of the output type (2^-8 bf16, 2^-11 fp16, 2^-24 fp32) and gamma(k) = k*u/(1-k*u)
 // with u = 2^-24 bounds float32 accumulation of k exactly representable products in any order
 // (true for every format here: each product of dequantized operands is exact in float32).
-double element_tolerance(double ref, double abs_sum, std::int64_t k, OutputType out);
+//
+// tensor_core_error: a further bound, relative to abs_sum, for accumulators less precise than
+// float32 (0 for every exact-product float32 path; see GemmRunner::tensor_core_error_bound).
+double element_tolerance(double ref, double abs_sum, std::int64_t k, OutputType out, double tensor_core_error = 0.0);
 
 struct VerifyResult {
   bool passed = false;
@@ -27,6 +30,7 @@ struct VerifyResult {
 };
 
 // got: m*n outputs converted to float.
-VerifyResult verify_gemm_output(const float* got, const ReferenceResult& ref, std::int64_t k, OutputType out);
+VerifyResult verify_gemm_output(const float* got, const ReferenceResult& ref, std::int64_t k, OutputType out,
+                                double tensor_core_error = 0.0);
 
 }  // namespace fp4gap

@@ -228,7 +228,7 @@ void run_backend(GemmBackend& backend, const GemmInputs& inputs, const GemmBench
                    " values, expected m*n = " + std::to_string(expected);
       return;
     }
-    v = verify_gemm_output(got.data(), *ref.result, p.k, p.out_type);
+    v = verify_gemm_output(got.data(), *ref.result, p.k, p.out_type, runner->tensor_core_error_bound());
     row.max_abs_error = std::max(row.max_abs_error.value_or(0.0), v.max_abs_error);
     row.max_rel_error = std::max(row.max_rel_error.value_or(0.0), v.max_rel_error);
     if (!v.passed) {

@@ -32,14 +32,15 @@ std::string position(std::int64_t flat, std::int64_t n) {
 
 }  // namespace
 
-double element_tolerance(double ref, double abs_sum, std::int64_t k, OutputType out) {
+double element_tolerance(double ref, double abs_sum, std::int64_t k, OutputType out, double tensor_core_error) {
   const double ku = static_cast<double>(k) * kFloatUnitRoundoff;
   // gamma(k) is only a bound while k*u < 1; beyond that no float32 accumulation can be trusted.
   const double gamma = ku < 1.0 ? ku / (1.0 - ku) : std::numeric_limits<double>::infinity();
-  return std::fabs(ref) * output_unit_roundoff(out) + gamma * abs_sum;
+  return std::fabs(ref) * output_unit_roundoff(out) + (gamma + tensor_core_error) * abs_sum;
 }
 
-VerifyResult verify_gemm_output(const float* got, const ReferenceResult& ref, std::int64_t k, OutputType out) {
+VerifyResult verify_gemm_output(const float* got, const ReferenceResult& ref, std::int64_t k, OutputType out,
+                                double tensor_core_error) {
   const std::int64_t count = ref.m * ref.n;
   if (ref.m < 1 || ref.n < 1 || static_cast<std::int64_t>(ref.d.size()) != count ||
       static_cast<std::int64_t>(ref.abs_sum.size()) != count) {
@@ -71,7 +72,7 @@ VerifyResult verify_gemm_output(const float* got, const ReferenceResult& ref, st
     const double rel = scale > 0.0 ? err / scale : (err > 0.0 ? std::numeric_limits<double>::infinity() : 0.0);
     if (err > r.max_abs_error) r.max_abs_error = err;
     if (rel > r.max_rel_error) r.max_rel_error = rel;
-    if (err > element_tolerance(e, s, k, out)) {
+    if (err > element_tolerance(e, s, k, out, tensor_core_error)) {
       ++r.mismatches;
       if (r.first_bad < 0) r.first_bad = i;
     }
@@ -91,7 +92,7 @@ VerifyResult verify_gemm_output(const float* got, const ReferenceResult& ref, st
   r.message = std::to_string(r.mismatches) + " of " + std::to_string(count) + " elements wrong (" +
               std::to_string(r.non_finite) + " non-finite); first at " + position(r.first_bad, ref.n) +
               ": got " + format_number(got[r.first_bad]) + ", expected " + format_number(ref.d[j]) +
-              ", tolerance " + format_number(element_tolerance(ref.d[j], ref.abs_sum[j], k, out)) +
+              ", tolerance " + format_number(element_tolerance(ref.d[j], ref.abs_sum[j], k, out, tensor_core_error)) +
               " (k = " + std::to_string(k) + ", output " + std::string(to_string(out)) + ")";
   return r;
 }

@@ -1,6 +1,7 @@
 // The cuBLAS baselines against the CPU reference, on the GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -56,7 +57,7 @@ void check_backend(const char* name, const GemmProblem& p, std::uint64_t seed, I
   const std::vector<float> got = runner->read_output(1);
   ASSERT_EQ(got.size(), static_cast<std::size_t>(p.m * p.n));
   const ReferenceResult ref = reference_gemm(runner->a_operand(), runner->b_operand(), runner->alpha());
-  const VerifyResult v = verify_gemm_output(got.data(), ref, p.k, p.out_type);
+  const VerifyResult v = verify_gemm_output(got.data(), ref, p.k, p.out_type, runner->tensor_core_error_bound());
   EXPECT_TRUE(v.passed) << v.message << " (config: " << runner->config() << ")";
   EXPECT_EQ(v.non_finite, 0);
   EXPECT_FALSE(v.all_zero);
@@ -143,7 +144,16 @@ TEST(CublasLtFp8, OperandsAreE4m3WithAlphaCarryingTheScales) {
     a_reaches_max = a_reaches_max || (a.codes[i] & 0x7F) == 0x7E;
   }
   EXPECT_TRUE(a_reaches_max);
-  EXPECT_LT(runner->alpha(), inputs.alpha) << "alpha must fold in 1/(sa*sb) with sa, sb > 1 for these inputs";
+  // alpha folds in the dequantization scales 1/sa and 1/sb (float32 each), sa = 448/amax(A).
+  const auto per_tensor_scale = [](const std::vector<std::uint16_t>& v) {
+    float amax = 0.0f;
+    for (std::uint16_t h : v) amax = std::max(amax, std::fabs(bf16_to_float(h)));
+    return 448.0f / amax;
+  };
+  const double expected_alpha = inputs.alpha * static_cast<double>(1.0f / per_tensor_scale(inputs.a_bf16)) *
+                                static_cast<double>(1.0f / per_tensor_scale(inputs.b_bf16));
+  EXPECT_EQ(runner->alpha(), expected_alpha);
+  EXPECT_EQ(runner->tensor_core_error_bound(), 0x1p-9);
 }
 
 TEST(CublasLtNvfp4, AnswersBySmVersion) {

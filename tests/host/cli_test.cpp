@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <unistd.h>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -40,7 +41,8 @@ std::string read_all(const fs::path& p) {
 
 CliResult run_cli(const std::string& args) {
   static int counter = 0;
-  const fs::path dir = fs::path(FP4GAP_TEST_TMPDIR) / "cli" / "runs";
+  // ctest -j runs each test in its own process: the pid keeps their capture files apart.
+  const fs::path dir = fs::path(FP4GAP_TEST_TMPDIR) / "cli" / ("runs-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const fs::path out = dir / ("out" + std::to_string(counter) + ".txt");
   const fs::path err = dir / ("err" + std::to_string(counter) + ".txt");

@@ -167,5 +167,21 @@ TEST(VerifyGemmOutput, RejectsAMalformedReference) {
   EXPECT_THROW(verify_gemm_output(got, r, 32, OutputType::f32), InvalidArgument);
 }
 
+TEST(Verify, TensorCoreErrorWidensTheBoundByItsShareOfTheAbsoluteSum) {
+  // k = 512, abs_sum 64, f32 output, ref 1: 1 * 2^-24 + (512*2^-24/(1-512*2^-24) + 2^-9) * 64.
+  const double ku = 512.0 * 0x1p-24;
+  const double expected = 0x1p-24 + (ku / (1.0 - ku) + 0x1p-9) * 64.0;
+  EXPECT_DOUBLE_EQ(element_tolerance(1.0, 64.0, 512, OutputType::f32, 0x1p-9), expected);
+  // An error of 2^-10 * abs_sum fails the float32 bound and passes the widened one.
+  ReferenceResult ref;
+  ref.m = 1;
+  ref.n = 1;
+  ref.d = {1.0};
+  ref.abs_sum = {64.0};
+  const float got = static_cast<float>(1.0 + 64.0 * 0x1p-10);
+  EXPECT_FALSE(verify_gemm_output(&got, ref, 512, OutputType::f32).passed);
+  EXPECT_TRUE(verify_gemm_output(&got, ref, 512, OutputType::f32, 0x1p-9).passed);
+}
+
 }  // namespace
 }  // namespace fp4gap

@@ -10,8 +10,9 @@ sanitize=0
 if [ "${1:-}" = "--sanitize" ]; then sanitize=1; shift; fi
 { cmake --preset gpu >/dev/null && cmake --build --preset gpu -j "$(nproc)"; } >"$out/build.log" 2>&1 \
   || { tail -n 60 "$out/build.log"; exit 1; }
-echo "== build ok"
+echo "== build ok ($SECONDS s)"
 ctest --preset gpu -j 4 >"$out/ctest.log" 2>&1; rc=$?
+echo "== tests done ($SECONDS s)"
 grep -E "tests passed|tests failed|Failed|\*\*\*" "$out/ctest.log" | tail -n 20
 if [ $rc -ne 0 ]; then
   build/gpu/tests/fp4gap_device_tests 2>&1 | grep -E "FAILED|Failure|error|seed|repro" | head -n 40
@@ -26,7 +27,7 @@ fi
 i=0
 for args in "$@"; do
   i=$((i + 1))
-  echo "== fp4gap $args"
+  echo "== fp4gap $args ($SECONDS s)"
   # shellcheck disable=SC2086
   build/gpu/fp4gap $args 2>&1 | tee "$out/cmd$i.txt"
 done

@@ -2,6 +2,8 @@
 # One batch on the GPU machine: build (gpu preset), host + device tests, then the given fp4gap
 # commands. Logs go to $OUT (the device tool's output folder) when it is set.
 #   bash scripts/device-run.sh [--sanitize] ["fp4gap args" ...]
+# SANITIZE_FILTER (a gtest filter) narrows the sanitizer runs; all fp4gap output goes to
+# $OUT/commands.txt (the device tool returns few files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-out}"; mkdir -p "$out"
@@ -20,15 +22,15 @@ fi
 if [ $sanitize = 1 ]; then
   for tool in memcheck synccheck; do
     compute-sanitizer --tool $tool --error-exitcode 9 build/gpu/tests/fp4gap_device_tests \
-      --gtest_brief=1 >"$out/sanitizer-$tool.log" 2>&1
-    echo "== compute-sanitizer $tool: exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' "$out/sanitizer-$tool.log") clean summaries)"
+      --gtest_brief=1 ${SANITIZE_FILTER:+--gtest_filter=$SANITIZE_FILTER} >"$out/sanitizer.log" 2>&1
+    echo "== compute-sanitizer $tool: exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' "$out/sanitizer.log") clean summaries)" \
+      | tee -a "$out/commands.txt"
+    tail -n 5 "$out/sanitizer.log" >>"$out/commands.txt"
   done
 fi
-i=0
 for args in "$@"; do
-  i=$((i + 1))
   echo "== fp4gap $args ($SECONDS s)"
   # shellcheck disable=SC2086
-  build/gpu/fp4gap $args 2>&1 | tee "$out/cmd$i.txt"
+  build/gpu/fp4gap $args 2>&1 | tee -a "$out/commands.txt"
 done
 exit $rc

@@ -19,6 +19,11 @@ grep -E "tests passed|tests failed|Failed|\*\*\*" "$out/ctest.log" | tail -n 20
 if [ $rc -ne 0 ]; then
   build/gpu/tests/fp4gap_device_tests 2>&1 | grep -E "FAILED|Failure|error|seed|repro" | head -n 40
 fi
+for args in "$@"; do
+  echo "== fp4gap $args ($SECONDS s)"
+  # shellcheck disable=SC2086
+  build/gpu/fp4gap $args 2>&1 | tee -a "$out/commands.txt"
+done
 if [ $sanitize = 1 ]; then
   for tool in memcheck synccheck; do
     compute-sanitizer --tool $tool --error-exitcode 9 build/gpu/tests/fp4gap_device_tests \
@@ -28,9 +33,4 @@ if [ $sanitize = 1 ]; then
     tail -n 5 "$out/sanitizer.log" >>"$out/commands.txt"
   done
 fi
-for args in "$@"; do
-  echo "== fp4gap $args ($SECONDS s)"
-  # shellcheck disable=SC2086
-  build/gpu/fp4gap $args 2>&1 | tee -a "$out/commands.txt"
-done
 exit $rc

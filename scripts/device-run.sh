@@ -17,7 +17,7 @@ ctest --preset gpu -j 4 >"$out/ctest.log" 2>&1; rc=$?
 echo "== tests done ($SECONDS s)"
 grep -E "tests passed|tests failed|Failed|\*\*\*" "$out/ctest.log" | tail -n 20
 if [ $rc -ne 0 ]; then
-  build/gpu/tests/fp4gap_device_tests 2>&1 | grep -E "FAILED|Failure|error|seed|repro" | head -n 40
+  grep -E "FAILED|Failure|error|seed|repro" "$out/ctest.log" | head -n 40
 fi
 for args in "$@"; do
   echo "== fp4gap $args ($SECONDS s)"

@@ -150,7 +150,9 @@ TEST(CublasLtFp8, OperandsAreE4m3WithAlphaCarryingTheScales) {
     for (std::uint16_t h : v) amax = std::max(amax, std::fabs(bf16_to_float(h)));
     return 448.0f / amax;
   };
-  const double expected_alpha = inputs.alpha * static_cast<double>(1.0f / per_tensor_scale(inputs.a_bf16)) *
+  // cuBLASLt takes alpha as a float, so the runner reports the float-rounded alpha.
+  const double expected_alpha = static_cast<double>(static_cast<float>(inputs.alpha)) *
+                                static_cast<double>(1.0f / per_tensor_scale(inputs.a_bf16)) *
                                 static_cast<double>(1.0f / per_tensor_scale(inputs.b_bf16));
   EXPECT_EQ(runner->alpha(), expected_alpha);
   EXPECT_EQ(runner->tensor_core_error_bound(), 0x1p-9);

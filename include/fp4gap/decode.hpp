@@ -40,11 +40,6 @@ inline constexpr int kTileRows = 16;             // weight rows per mma tile
 inline constexpr int kWindowK = 128;             // k columns per window (4 threads x 32)
 inline constexpr int kWindowCodeBytes = kTileRows * kWindowK / 2;           // 1024
 inline constexpr int kWindowScaleBytes = kTileRows * kWindowK / kBlockSize;  // 128
-// Pipeline depth: chunks a block has requested ahead of the one it computes is this minus one,
-// for the weights (register slots per warp) and the W4A16 activations (shared-memory stages). At
-// least ~32 KB of weight loads must be in flight per SM to stream at full HBM bandwidth
-// (docs/KERNELS-decode.md, "Bytes in flight").
-inline constexpr int kPipelineStages = 4;
 // Each dequantized operand carries this power of two (e2m1 * scale * 2^-7); the epilogue
 // multiplies by alpha * 2^(7 * dequantized operands).
 inline constexpr int kOperandExponent = -7;
@@ -251,7 +246,7 @@ struct TileConfig {
   // that the 4 threads of a quad hit different banks, rounded to 64 mod 128 so that consecutive
   // rows do too (docs/KERNELS-decode.md).
   std::int64_t activation_row_bytes() const;
-  // Dynamic shared memory: kPipelineStages activation stages (w4a16, cp.async ring) or one FP16 activation
+  // Dynamic shared memory: two activation stages (w4a16, cp.async ring) or one FP16 activation
   // buffer (w4a4, filled from registers), reused after the loop for the k_warps reduction, and
   // the split-K flag.
   std::int64_t smem_bytes(Math math) const;

@@ -26,7 +26,7 @@ std::int64_t TileConfig::reduction_scratch_bytes() const {
 
 std::int64_t TileConfig::smem_bytes(Math math) const {
   const std::int64_t buffer = static_cast<std::int64_t>(max_m()) * activation_row_bytes();
-  const std::int64_t buffers = math == Math::w4a16 ? kPipelineStages : 1;
+  const std::int64_t buffers = math == Math::w4a16 ? 2 : 1;
   return std::max(buffers * buffer, reduction_scratch_bytes()) + 16;  // + the split-K "last block" flag
 }
 
@@ -37,7 +37,7 @@ std::string TileConfig::name(Math math, WeightLayout layout) const {
      << (math == Math::w4a16 ? "bf16 mma" : "fp16 mma") << " tile n" << rows_per_block() << " m" << max_m()
      << " k" << chunk_k() << ", " << warps << " warps";
   if (k_warps > 1) os << " (" << row_groups() << " x " << k_warps << " k-split)";
-  os << " x " << mt << " m16, " << kPipelineStages << " stages" << (math == Math::w4a16 ? "" : " (weights; activations 1 + register prefetch)");
+  os << " x " << mt << " m16, " << (math == Math::w4a16 ? "2 stages" : "1 stage + register prefetch");
   return os.str();
 }
 
@@ -45,17 +45,15 @@ const std::vector<TileConfig>& tile_configs() {
   // Must match the instantiations in src/cuda/decode/decode_gemm.cu (same order). Per activation
   // tile, a narrow (more blocks, finer balance) and a wide variant (fewer activation reads).
   static const std::vector<TileConfig> configs = {
-      // mt, nt, warps, k_warps, windows per warp chunk, min blocks per SM. One window per warp
-      // chunk: the kPipelineStages register slots then cost as many registers as two slots of
-      // two windows did, and the block's chunk (smem stage) stays small.
-      {1, 1, 8, 8, 1, 2},  // M <= 8:  16 rows x 8 k parts: no global split-K down to N = 2112
-      {1, 1, 8, 4, 1, 2},  // M <= 8:  32 rows x 4 k parts
-      {1, 1, 4, 1, 1, 4},  // M <= 8:  64 rows, 16 warps per SM (large N)
-      {1, 2, 8, 8, 1, 1},  // M <= 16: 16 rows x 8 k parts (4 stages of 42 KB: one block per SM)
-      {1, 2, 8, 4, 1, 2},  // M <= 16: 32 rows x 4 k parts
-      {1, 2, 4, 1, 1, 4},  // M <= 16: 64 rows
-      {1, 4, 8, 2, 1, 2},  // M <= 32: 64 rows x 2 k parts
-      {1, 4, 4, 1, 1, 3},  // M <= 32: 64 rows
+      // mt, nt, warps, k_warps, windows per warp chunk, min blocks per SM
+      {1, 1, 8, 8, 2, 2},  // M <= 8:  16 rows x 8 k parts: no global split-K down to N = 2112
+      {1, 1, 8, 4, 2, 2},  // M <= 8:  32 rows x 4 k parts
+      {1, 1, 4, 1, 2, 4},  // M <= 8:  64 rows, 16 warps per SM (large N)
+      {1, 2, 8, 8, 1, 2},  // M <= 16: 16 rows x 8 k parts
+      {1, 2, 8, 4, 2, 2},  // M <= 16: 32 rows x 4 k parts
+      {1, 2, 4, 1, 2, 4},  // M <= 16: 64 rows
+      {1, 4, 8, 2, 2, 2},  // M <= 32: 64 rows x 2 k parts
+      {1, 4, 4, 1, 2, 3},  // M <= 32: 64 rows
       {2, 4, 4, 1, 1, 2},  // M <= 32: 2 m16 tiles per warp halve the shared-memory activation reads
       {2, 8, 4, 1, 1, 2},  // M <= 64: 128 rows
       {2, 8, 8, 1, 1, 1},  // M <= 64: 256 rows keep activation L2 reads below the weight bytes
@@ -171,8 +169,7 @@ constexpr double kMemoryBytesPerUs = 4.27e6;   // HBM copy bandwidth
 constexpr double kL2BytesPerUs = 8.0e6;        // L2 <-> SMs, all SMs together
 constexpr double kL2BytesPerUsOneSm = 1.5e5;   // what one SM pulls from L2 (the last block's reads)
 constexpr double kMmaFlopsPerUs = 5.0e8;       // mma.sync BF16/FP16 with dequantization, all SMs
-constexpr double kWarpsForIssue = 4.0;         // one dequantizing warp per scheduler at least
-constexpr double kBytesInFlightForFullBandwidth = 32768.0;  // per SM: ~4.3 TB/s x ~1 us / 132
+constexpr double kWarpsForFullBandwidth = 8.0; // resident warps an SM needs to draw its share
 constexpr double kReductionUs = 0.8;           // fence, counter round trip, last block's latency
 constexpr double kWeightBytesPerValue = 0.5 + 1.0 / kBlockSize;
 
@@ -221,14 +218,7 @@ double estimate_plan_us(const Plan& p, const DeviceContext& device) {
                                   : c.min_blocks_per_sm;
   const double resident = std::max(1.0, std::min({static_cast<double>(c.min_blocks_per_sm), smem_limited,
                                                   std::ceil(blocks_per_sm)}));
-  // Weight bytes an SM has requested and not yet received: every warp keeps kPipelineStages - 1
-  // chunks ahead (fewer when its split is shorter); below the bandwidth-delay product the SM
-  // draws proportionally less than its share.
-  const ChunkRange longest = split_chunk_range(p.k_chunks, p.split_k, 0);
-  const double ahead = std::min<double>(kPipelineStages - 1, static_cast<double>(longest.end - longest.begin));
-  const double in_flight = resident * c.warps * ahead * c.windows_per_chunk * c.mt * (kWindowCodeBytes + kWindowScaleBytes);
-  const double efficiency =
-      std::min({1.0, in_flight / kBytesInFlightForFullBandwidth, resident * c.warps / kWarpsForIssue});
+  const double efficiency = std::min(1.0, resident * c.warps / kWarpsForFullBandwidth);
   const double memory_us = chunks * chunk_hbm_bytes / (kMemoryBytesPerUs / sms) / efficiency;
   const double l2_us = (chunks * chunk_l2_bytes + 2 * std::ceil(blocks_per_sm) * partial_bytes) / (kL2BytesPerUs / sms);
   const double mma_us = chunks * chunk_flops / (kMmaFlopsPerUs / sms);

@@ -37,7 +37,7 @@ TEST(DecodePlan, ConfigsCoverEveryMInIncreasingOrder) {
     EXPECT_EQ(c.activation_row_bytes() % 128, 64) << c.name(Math::w4a16, WeightLayout::shuffled);
     EXPECT_GE(c.activation_row_bytes(), c.windows_per_block_chunk() * 4 * 80);
     EXPECT_EQ(c.warps % c.k_warps, 0);
-    EXPECT_EQ(c.smem_bytes(Math::w4a16), std::max(kPipelineStages * c.max_m() * c.activation_row_bytes(), c.reduction_scratch_bytes()) + 16);
+    EXPECT_EQ(c.smem_bytes(Math::w4a16), std::max(2 * c.max_m() * c.activation_row_bytes(), c.reduction_scratch_bytes()) + 16);
     EXPECT_EQ(c.smem_bytes(Math::w4a4), std::max(c.max_m() * c.activation_row_bytes(), c.reduction_scratch_bytes()) + 16);
     EXPECT_TRUE(check_tile_config(c, Math::w4a16, h200()).is_ok());
     EXPECT_TRUE(check_tile_config(c, Math::w4a4, h200()).is_ok());
@@ -49,11 +49,11 @@ TEST(DecodePlan, ConfigNameSaysArchTypesTileAndStages) {
   const TileConfig& c = tile_configs()[2];
   const std::string name = c.name(Math::w4a16, WeightLayout::shuffled);
   expect_contains(name, "sm80+ mma.sync w4a16 bf16 x nvfp4(shuffled)");
-  expect_contains(name, "tile n64 m8 k128, 4 warps x 1 m16, 4 stages");
-  expect_contains(tile_configs()[0].name(Math::w4a16, WeightLayout::plain), "tile n16 m8 k1024, 8 warps (1 x 8 k-split) x 1 m16");
+  expect_contains(name, "tile n64 m8 k256, 4 warps x 1 m16, 2 stages");
+  expect_contains(tile_configs()[0].name(Math::w4a16, WeightLayout::plain), "tile n16 m8 k2048, 8 warps (1 x 8 k-split) x 1 m16");
   expect_contains(tile_configs()[10].name(Math::w4a4, WeightLayout::plain), "nvfp4 x nvfp4(plain) -> fp16 mma tile n256 m64 k128");
   const Plan p = make_plan(1, 2048, 6144, Math::w4a16, WeightLayout::shuffled, 2, 8);
-  expect_contains(p.describe(), "split-k 8 (6 chunks of 128 per split, 256 blocks)");
+  expect_contains(p.describe(), "split-k 8 (3 chunks of 256 per split, 256 blocks)");
 }
 
 TEST(DecodePlan, InfeasibleConfigsSayWhy) {
@@ -92,15 +92,15 @@ TEST(DecodePlan, MakePlanRejectsBadChoices) {
                InvalidArgument);
   EXPECT_THROW(make_plan(1, 64, 256, Math::w4a16, WeightLayout::shuffled, 0, 2), InvalidArgument);  // 1 chunk
   try {
-    make_plan(1, 64, 6144, Math::w4a16, WeightLayout::shuffled, 2, 49);
+    make_plan(1, 64, 6144, Math::w4a16, WeightLayout::shuffled, 2, 25);
     FAIL();
   } catch (const InvalidArgument& e) {
-    expect_contains(e.what(), "split_k outside [1, 48] (chunks of 128 in K = 6144): split_k = 49");
+    expect_contains(e.what(), "split_k outside [1, 24] (chunks of 256 in K = 6144): split_k = 25");
   }
   const Plan p = make_plan(1, 100, 6176, Math::w4a16, WeightLayout::plain, 2, 25);
   EXPECT_EQ(p.row_blocks, 2);
   EXPECT_EQ(p.k_windows, 49);
-  EXPECT_EQ(p.k_chunks, 49);
+  EXPECT_EQ(p.k_chunks, 25);
 }
 
 TEST(DecodePlan, SplitRangesPartitionTheChunksEvenly) {
@@ -132,7 +132,7 @@ TEST(DecodePlan, WorkspaceHoldsEveryPartialAndTheCounters) {
   // With k-split warps only one warp per row group stores: 8 warps = 2 row groups x 4 k parts.
   const Plan k_split = make_plan(16, 2048, 6144, Math::w4a16, WeightLayout::shuffled, 4, 2);
   EXPECT_EQ(k_split.row_blocks, 64);
-  EXPECT_EQ(k_split.k_chunks, 12);
+  EXPECT_EQ(k_split.k_chunks, 6);
   EXPECT_EQ(k_split.workspace_partial_floats(), 2 * 64 * 2 * 8 * 32);
 }
 

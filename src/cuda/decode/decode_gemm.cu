@@ -39,10 +39,10 @@ constexpr Instantiation instantiate() {
 // Same order as tile_configs() (src/tune/decode_plan.cpp); checked at first use.
 const std::array<Instantiation, 11>& instantiations() {
   static const std::array<Instantiation, 11> list = {
-      instantiate<1, 1, 8, 8, 1, 2>(), instantiate<1, 1, 8, 4, 1, 2>(), instantiate<1, 1, 4, 1, 1, 4>(),
-      instantiate<1, 2, 8, 8, 1, 1>(), instantiate<1, 2, 8, 4, 1, 2, 1>(), instantiate<1, 2, 4, 1, 1, 4>(),
-      instantiate<1, 4, 8, 2, 1, 2, 1>(),
-      instantiate<1, 4, 4, 1, 1, 3>(), instantiate<2, 4, 4, 1, 1, 2>(), instantiate<2, 8, 4, 1, 1, 2>(),
+      instantiate<1, 1, 8, 8, 2, 2>(), instantiate<1, 1, 8, 4, 2, 2>(), instantiate<1, 1, 4, 1, 2, 4>(),
+      instantiate<1, 2, 8, 8, 1, 2>(), instantiate<1, 2, 8, 4, 2, 2, 1>(), instantiate<1, 2, 4, 1, 2, 4>(),
+      instantiate<1, 4, 8, 2, 2, 2, 1>(),
+      instantiate<1, 4, 4, 1, 2, 3>(), instantiate<2, 4, 4, 1, 1, 2>(), instantiate<2, 8, 4, 1, 1, 2>(),
       instantiate<2, 8, 8, 1, 1, 1>(),
   };
   static const bool checked = [] {

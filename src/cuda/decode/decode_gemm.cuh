@@ -10,7 +10,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "fp4gap/decode.hpp"
 
@@ -106,7 +105,7 @@ struct Tile {
   static constexpr int kChunkWindows = G * WK;  // windows of one block chunk; warp part kp owns G
   static constexpr int kRowBytes = activation_row_bytes(kChunkWindows);
   static constexpr int kActBytes = kMPad * kRowBytes;
-  static constexpr int kActBuffers = M == Math::w4a16 ? kPipelineStages : 1;
+  static constexpr int kActBuffers = M == Math::w4a16 ? 2 : 1;
   static constexpr int kScratchBytes = (WARPS - kRowGroups) * MT * NT * 4 * 32 * 4;
   static constexpr int kFlagOffset = kActBuffers * kActBytes > kScratchBytes ? kActBuffers * kActBytes : kScratchBytes;
   // W4A4 activations: 32-column segments per chunk, converted from registers.
@@ -411,60 +410,39 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_gemm_kernel(con
     }
   }
 
-  // kPipelineStages chunks in flight per warp (weights: register slots; W4A16 activations: shared
-  // stages): chunk c lives in slot and stage (c - range.begin) % kPipelineStages. While chunk c is
-  // computed, chunks c + 1 .. c + kPipelineStages - 1 are being loaded, so each SM keeps
-  // ~kPipelineStages - 1 chunks of every warp's weight requested (docs/KERNELS-decode.md).
-  constexpr int D = kPipelineStages;
-  WeightRegs<MT, G> regs[D];
+  WeightRegs<MT, G> regs[2];
   typename T::ActRegs act_regs;
-#pragma unroll
-  for (int i = 0; i < D - 1; ++i) {
-    if constexpr (M == Math::w4a16) {
-      if (range.begin + i < range.end) tile.copy_activations(range.begin + i, i);
-      cp_async_commit();  // one group per chunk, empty past the range: the wait count stays fixed
-    }
-    if (range.begin + i < range.end) tile.load_weights(regs[i], range.begin + i);
-  }
-  if constexpr (M == Math::w4a4) {
+  if constexpr (M == Math::w4a16) {
+    tile.copy_activations(range.begin, 0);
+    cp_async_commit();
+  } else {
     tile.load_activations(act_regs, range.begin);
-    tile.store_activations(act_regs);
   }
+  tile.load_weights(regs[0], range.begin);
+  if constexpr (M == Math::w4a4) tile.store_activations(act_regs);
 
-  // Chunk c in slot s (compile-time: the loop below is unrolled by D so registers keep fixed names).
-  auto step = [&](std::int64_t c, auto slot) {
-    constexpr int s = decltype(slot)::value;
-    constexpr int refill = (s + D - 1) % D;  // the slot of chunk c - 1, consumed by the last step
-    const bool has_ahead = c + D - 1 < range.end;
+  // One chunk: prefetch the next chunk's weights (registers) and activations, then compute. The
+  // register sets alternate, so the loop body handles two chunks with constant indices.
+  auto step = [&](std::int64_t c, WeightRegs<MT, G>& current, WeightRegs<MT, G>& next, int stage) {
+    const bool has_next = c + 1 < range.end;
+    if (has_next) tile.load_weights(next, c + 1);
     if constexpr (M == Math::w4a16) {
-      cp_async_wait<D - 2>();  // this thread's copies of chunk c have landed
-      __syncthreads();         // everyone's have, and everyone is done with chunk c - 1's stage
-      if (has_ahead) tile.copy_activations(c + D - 1, refill);
+      if (has_next) tile.copy_activations(c + 1, stage ^ 1);
       cp_async_commit();
-      if (has_ahead) tile.load_weights(regs[refill], c + D - 1);
-      tile.compute(regs[s], smem + s * T::kActBytes, c, acc);
+      cp_async_wait<1>();
     } else {
-      const bool has_next = c + 1 < range.end;
-      if (has_ahead) tile.load_weights(regs[refill], c + D - 1);
       if (has_next) tile.load_activations(act_regs, c + 1);
-      __syncthreads();
-      tile.compute(regs[s], smem, c, acc);
-      __syncthreads();
+    }
+    __syncthreads();
+    tile.compute(current, smem + (M == Math::w4a16 ? stage * T::kActBytes : 0), c, acc);
+    __syncthreads();
+    if constexpr (M == Math::w4a4) {
       if (has_next) tile.store_activations(act_regs);
     }
   };
-  for (std::int64_t c = range.begin; c < range.end; c += D) {
-    step(c, std::integral_constant<int, 0>{});
-    if (c + 1 < range.end) step(c + 1, std::integral_constant<int, 1 % D>{});
-    if (c + 2 < range.end) step(c + 2, std::integral_constant<int, 2 % D>{});
-    if (c + 3 < range.end) step(c + 3, std::integral_constant<int, 3 % D>{});
-  }
-  static_assert(D == 4, "the loop above is unrolled for kPipelineStages == 4");
-  if constexpr (M == Math::w4a16) {
-    // The stages become the k-part reduction scratch: no copy may still be landing in them and
-    // every warp must be done reading its last chunk.
-    cp_async_wait<0>();
-    __syncthreads();
+  for (std::int64_t c = range.begin; c < range.end; c += 2) {
+    step(c, regs[0], regs[1], 0);
+    if (c + 1 < range.end) step(c + 1, regs[1], regs[0], 1);
   }
 
   if constexpr (WK > 1) tile.reduce_k_parts(acc);

@@ -18,7 +18,9 @@ void run_info() {
   std::cout << "fp4gap " << build_info::kVersion << " (git " << build_info::kGitHash << ", " << build_info::kBuildType
             << " build)\n"
             << "CUDA architectures compiled: " << build_info::kCudaArchitectures << " (nvcc "
-            << build_info::kCudaCompilerVersion << ")\n\n";
+            << build_info::kCudaCompilerVersion << ")\n"
+            << "Blackwell (sm_100a, sm_120a): code compiled for them has never been run by fp4gap's developers\n"
+            << "  (no such GPU was available); cublaslt-nvfp4 and every kernel there are unverified on Blackwell.\n\n";
 
   const DeviceContext first = query_device(0);
   if (!first.available) {

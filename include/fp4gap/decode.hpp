@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "fp4gap/backend.hpp"
+#include "fp4gap/detail/byte_perm.hpp"
 #include "fp4gap/detail/host_device.hpp"
 #include "fp4gap/format.hpp"
 #include "fp4gap/numeric.hpp"
@@ -57,20 +58,6 @@ constexpr double kernel_alpha_factor(Math m) { return m == Math::w4a16 ? 128.0 :
 
 // ---- Bit arithmetic shared verbatim by the kernels and the host tests ----
 
-// byte_perm(a, b, s): byte i of the result is byte (s >> 4i) & 7 of the 8-byte value b:a. PRMT.
-FP4GAP_HD std::uint32_t byte_perm(std::uint32_t a, std::uint32_t b, std::uint32_t s) {
-#if defined(__CUDA_ARCH__)
-  return __byte_perm(a, b, s);
-#else
-  const std::uint64_t pool = (static_cast<std::uint64_t>(b) << 32) | a;
-  std::uint32_t r = 0;
-  for (int i = 0; i < 4; ++i) {
-    const std::uint32_t sel = (s >> (4 * i)) & 7u;
-    r |= static_cast<std::uint32_t>((pool >> (8 * sel)) & 0xFFu) << (8 * i);
-  }
-  return r;
-#endif
-}
 
 FP4GAP_HD constexpr std::uint32_t shift_left(std::uint32_t x, int s) { return s >= 0 ? x << s : x >> -s; }
 

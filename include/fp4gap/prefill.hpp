@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "fp4gap/backend.hpp"
+#include "fp4gap/detail/byte_perm.hpp"
 #include "fp4gap/detail/host_device.hpp"
 #include "fp4gap/format.hpp"
 #include "fp4gap/numeric.hpp"
@@ -143,22 +144,6 @@ FP4GAP_HD constexpr int chunk_code_word_offset(int wg, int tid, int j) { return 
 FP4GAP_HD constexpr int chunk_scale_offset(int row, int j) { return kChunkCodeBytes + row * 4 + j; }
 
 // ---- FP4 -> BF16 dequantization (exact), shared verbatim by the kernels and the host tests ----
-
-// byte_perm(a, b, s): byte i of the result is byte (s >> 4i) & 7 of the 8-byte value b:a (a holds
-// bytes 0..3). The PRMT instruction on the device.
-FP4GAP_HD std::uint32_t byte_perm(std::uint32_t a, std::uint32_t b, std::uint32_t s) {
-#if defined(__CUDA_ARCH__)
-  return __byte_perm(a, b, s);
-#else
-  const std::uint64_t pool = (static_cast<std::uint64_t>(b) << 32) | a;
-  std::uint32_t r = 0;
-  for (int i = 0; i < 4; ++i) {
-    const std::uint32_t sel = (s >> (4 * i)) & 7u;
-    r |= static_cast<std::uint32_t>((pool >> (8 * sel)) & 0xFFu) << (8 * i);
-  }
-  return r;
-#endif
-}
 
 // Two bf16 multiplied lane-wise, rounded to nearest even. Used here only on products that are
 // exact (E2M1 value x E4M3 scale: at most 6 significant bits, within [2^-10, 2688]).

@@ -3,21 +3,12 @@
 #include <string>
 
 #include "fp4gap/problem.hpp"
+#include "test_support.hpp"
 
 namespace fp4gap {
 namespace {
 
-GemmProblem make_problem(std::int64_t m, std::int64_t n, std::int64_t k, OperandFormat a = OperandFormat::nvfp4,
-                         OperandFormat b = OperandFormat::nvfp4, OutputType out = OutputType::bf16) {
-  GemmProblem p;
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.a_format = a;
-  p.b_format = b;
-  p.out_type = out;
-  return p;
-}
+using test::make_problem;
 
 std::string parse_format_error(std::string_view s) {
   try {

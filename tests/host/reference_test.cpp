@@ -7,9 +7,15 @@
 
 #include "fp4gap/backend.hpp"
 #include "fp4gap/reference.hpp"
+#include "test_support.hpp"
 
 namespace fp4gap {
 namespace {
+
+using test::make_problem;
+using test::repro;
+using test::spec_e2m1;
+using test::spec_bf16;
 
 OperandView nvfp4_view(std::int64_t rows, std::int64_t k, const std::vector<std::uint8_t>& codes,
                        const std::vector<std::uint8_t>& scales, ScaleLayout layout = ScaleLayout::linear) {
@@ -21,35 +27,6 @@ OperandView nvfp4_view(std::int64_t rows, std::int64_t k, const std::vector<std:
   v.scales = scales.data();
   v.layout = layout;
   return v;
-}
-
-GemmProblem make_problem(std::int64_t m, std::int64_t n, std::int64_t k, OperandFormat a, OperandFormat b) {
-  GemmProblem p;
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.a_format = a;
-  p.b_format = b;
-  return p;
-}
-
-std::string repro(const GemmProblem& p, std::uint64_t seed) {
-  return "problem " + p.label() + ", seed " + std::to_string(seed) +
-         "; repro: fp4gap_host_tests --gtest_filter=" +
-         ::testing::UnitTest::GetInstance()->current_test_suite()->name() + "." +
-         ::testing::UnitTest::GetInstance()->current_test_info()->name();
-}
-
-// The test's own decoders, written from the SPEC tables rather than shared with the library.
-float spec_e2m1(std::uint8_t code) {
-  static const float magnitude[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  return (code & 8) ? -magnitude[code & 7] : magnitude[code & 7];
-}
-float spec_bf16(std::uint16_t h) {
-  const std::uint32_t u = static_cast<std::uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
 }
 
 // Values of an operand from its LINEAR-scale storage, decoded independently of the library.

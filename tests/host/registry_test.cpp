@@ -6,9 +6,12 @@
 
 #include "fp4gap/backend.hpp"
 #include "fp4gap/verify.hpp"
+#include "test_support.hpp"
 
 namespace fp4gap {
 namespace {
+
+using test::make_problem;
 
 class NamedBackend : public GemmBackend {
  public:
@@ -25,17 +28,6 @@ class NamedBackend : public GemmBackend {
 long count_named(std::string_view name) {
   const auto all = gemm_backends();
   return std::count_if(all.begin(), all.end(), [&](GemmBackend* b) { return b->name() == name; });
-}
-
-GemmProblem make_problem(std::int64_t m, std::int64_t n, std::int64_t k, OperandFormat a = OperandFormat::nvfp4,
-                         OperandFormat b = OperandFormat::nvfp4) {
-  GemmProblem p;
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.a_format = a;
-  p.b_format = b;
-  return p;
 }
 
 TEST(BackendRegistry, HostBackendsRegisterOnce) {

@@ -1,0 +1,39 @@
+#pragma once
+// Helpers shared by the host tests. The decoders here are the tests' own, written from the SPEC
+// tables, not the library's.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "fp4gap/problem.hpp"
+
+namespace fp4gap::test {
+
+inline GemmProblem make_problem(std::int64_t m, std::int64_t n, std::int64_t k, OperandFormat a = OperandFormat::nvfp4,
+                                OperandFormat b = OperandFormat::nvfp4, OutputType out = OutputType::bf16) {
+  return GemmProblem{m, n, k, a, b, out};
+}
+
+// "problem <label>, seed <s>; repro: fp4gap_host_tests --gtest_filter=<this test>"
+inline std::string repro(const GemmProblem& p, std::uint64_t seed) {
+  return "problem " + p.label() + ", seed " + std::to_string(seed) +
+         "; repro: fp4gap_host_tests --gtest_filter=" +
+         ::testing::UnitTest::GetInstance()->current_test_suite()->name() + "." +
+         ::testing::UnitTest::GetInstance()->current_test_info()->name();
+}
+
+inline float spec_e2m1(std::uint8_t code) {
+  static const float magnitude[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  return (code & 8) ? -magnitude[code & 7] : magnitude[code & 7];
+}
+
+inline float spec_bf16(std::uint16_t h) {
+  const std::uint32_t u = static_cast<std::uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+}  // namespace fp4gap::test

@@ -5,6 +5,7 @@
 
 #include "fp4gap/format.hpp"
 #include "fp4gap/problem.hpp"
+#include "fp4gap/quantize.hpp"
 
 namespace fp4gap {
 
@@ -19,6 +20,10 @@ struct OperandView {
   const std::uint8_t* scales = nullptr; // nvfp4: E4M3 block scales in `layout`
   ScaleLayout layout = ScaleLayout::linear;
 };
+
+// Views of host matrices as operands (the data stays owned by the argument).
+OperandView nvfp4_operand(const Nvfp4Matrix& m);
+OperandView bf16_operand(const std::vector<std::uint16_t>& bf16, std::int64_t rows, std::int64_t k);
 
 // Dequantized values of an operand, float32 (exact for every format here).
 std::vector<float> operand_values(const OperandView& v);

@@ -201,8 +201,8 @@ class CublasBf16Runner final : public GemmRunner {
 
   void poison_output() override { outputs_.poison(); }
   std::vector<float> read_output(int set) override { return outputs_.read(set); }
-  OperandView a_operand() const override { return bf16_view(a_host_, p_.m); }
-  OperandView b_operand() const override { return bf16_view(b_host_, p_.n); }
+  OperandView a_operand() const override { return bf16_operand(a_host_, p_.m, p_.k); }
+  OperandView b_operand() const override { return bf16_operand(b_host_, p_.n, p_.k); }
   double alpha() const override { return static_cast<double>(alpha_); }
   std::string config() const override {
     return std::string("cublasGemmEx CUBLAS_GEMM_DEFAULT, ") +
@@ -212,15 +212,6 @@ class CublasBf16Runner final : public GemmRunner {
   bool on_device() const override { return true; }
 
  private:
-  OperandView bf16_view(const std::vector<std::uint16_t>& v, std::int64_t rows) const {
-    OperandView o;
-    o.format = OperandFormat::bf16;
-    o.rows = rows;
-    o.k = p_.k;
-    o.bf16 = v.data();
-    return o;
-  }
-
   GemmProblem p_;
   int sets_;
   std::vector<std::uint16_t> a_host_, b_host_;
@@ -457,24 +448,13 @@ class CublasLtNvfp4Runner final : public GemmRunner {
   }
   void poison_output() override { outputs_.poison(); }
   std::vector<float> read_output(int set) override { return outputs_.read(set); }
-  OperandView a_operand() const override { return view(a_); }
-  OperandView b_operand() const override { return view(b_); }
+  OperandView a_operand() const override { return nvfp4_operand(a_); }
+  OperandView b_operand() const override { return nvfp4_operand(b_); }
   double alpha() const override { return static_cast<double>(alpha_); }
   std::string config() const override { return "cuBLASLt " + matmul_->config(); }
   bool on_device() const override { return true; }
 
  private:
-  OperandView view(const Nvfp4Matrix& mat) const {
-    OperandView o;
-    o.format = OperandFormat::nvfp4;
-    o.rows = mat.rows;
-    o.k = mat.cols;
-    o.codes = mat.codes.data();
-    o.scales = mat.scales.data();
-    o.layout = mat.layout;
-    return o;
-  }
-
   GemmProblem p_;
   int sets_;
   Nvfp4Matrix a_, b_;

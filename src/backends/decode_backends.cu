@@ -130,30 +130,9 @@ class DecodeRunner final : public GemmRunner {
   }
 
   OperandView a_operand() const override {
-    OperandView v;
-    v.rows = p_.m;
-    v.k = p_.k;
-    if (math_ == Math::w4a16) {
-      v.format = OperandFormat::bf16;
-      v.bf16 = a_bf16_host_.data();
-    } else {
-      v.format = OperandFormat::nvfp4;
-      v.codes = a_fp4_host_.codes.data();
-      v.scales = a_fp4_host_.scales.data();
-      v.layout = a_fp4_host_.layout;
-    }
-    return v;
+    return math_ == Math::w4a16 ? bf16_operand(a_bf16_host_, p_.m, p_.k) : nvfp4_operand(a_fp4_host_);
   }
-  OperandView b_operand() const override {
-    OperandView v;
-    v.format = OperandFormat::nvfp4;
-    v.rows = p_.n;
-    v.k = p_.k;
-    v.codes = b_host_.codes.data();
-    v.scales = b_host_.scales.data();
-    v.layout = b_host_.layout;
-    return v;
-  }
+  OperandView b_operand() const override { return nvfp4_operand(b_host_); }
   double alpha() const override { return static_cast<double>(alpha_); }
   std::string config() const override { return plan_.describe(); }
   bool on_device() const override { return true; }

@@ -42,17 +42,6 @@ void check_set(int set, int sets, const char* what) {
   }
 }
 
-OperandView nvfp4_view(const Nvfp4Matrix& m) {
-  OperandView v;
-  v.format = OperandFormat::nvfp4;
-  v.rows = m.rows;
-  v.k = m.cols;
-  v.codes = m.codes.data();
-  v.scales = m.scales.data();
-  v.layout = m.layout;
-  return v;
-}
-
 class PrefillRunner final : public GemmRunner {
  public:
   PrefillRunner(const GemmInputs& in, int sets, bool w4a4, const DeviceContext& device)
@@ -142,15 +131,9 @@ class PrefillRunner final : public GemmRunner {
   }
 
   OperandView a_operand() const override {
-    if (w4a4_) return nvfp4_view(act_fp4_);
-    OperandView v;
-    v.format = OperandFormat::bf16;
-    v.rows = p_.m;
-    v.k = p_.k;
-    v.bf16 = act_bf16_.data();
-    return v;
+    return w4a4_ ? nvfp4_operand(act_fp4_) : bf16_operand(act_bf16_, p_.m, p_.k);
   }
-  OperandView b_operand() const override { return nvfp4_view(weight_); }
+  OperandView b_operand() const override { return nvfp4_operand(weight_); }
   double alpha() const override { return static_cast<double>(alpha_); }
   std::string config() const override {
     std::string c = plan_.describe();

@@ -121,18 +121,7 @@ Operand make_operand(OperandFormat format, InputDistribution distribution, std::
 
 OperandView view_of(OperandFormat format, std::int64_t rows, std::int64_t k, const Nvfp4Matrix& fp4,
                     const std::vector<std::uint16_t>& bf16) {
-  OperandView v;
-  v.format = format;
-  v.rows = rows;
-  v.k = k;
-  if (format == OperandFormat::nvfp4) {
-    v.codes = fp4.codes.data();
-    v.scales = fp4.scales.data();
-    v.layout = fp4.layout;
-  } else {
-    v.bf16 = bf16.data();
-  }
-  return v;
+  return format == OperandFormat::nvfp4 ? nvfp4_operand(fp4) : bf16_operand(bf16, rows, k);
 }
 
 }  // namespace

@@ -148,6 +148,26 @@ class TileWorker {
 
 }  // namespace
 
+OperandView nvfp4_operand(const Nvfp4Matrix& m) {
+  OperandView v;
+  v.format = OperandFormat::nvfp4;
+  v.rows = m.rows;
+  v.k = m.cols;
+  v.codes = m.codes.data();
+  v.scales = m.scales.data();
+  v.layout = m.layout;
+  return v;
+}
+
+OperandView bf16_operand(const std::vector<std::uint16_t>& bf16, std::int64_t rows, std::int64_t k) {
+  OperandView v;
+  v.format = OperandFormat::bf16;
+  v.rows = rows;
+  v.k = k;
+  v.bf16 = bf16.data();
+  return v;
+}
+
 std::vector<float> operand_values(const OperandView& v) {
   check_view(v, "operand");
   const std::size_t count = static_cast<std::size_t>(v.rows) * static_cast<std::size_t>(v.k);

@@ -1,7 +1,9 @@
 #pragma once
 // NVFP4 quantization on the GPU (CUDA library). Bit-identical to the CPU quantizer
-// quantize_nvfp4() of quantize.hpp: both run format.hpp's quantize_block16 with the same IEEE
-// float32 operations, and the global scale is computed on the device by the same division.
+// quantize_nvfp4() of quantize.hpp: the GPU runs format.hpp's quantize_block16, or for ordinary
+// blocks format.hpp's cheaper equivalents of its steps (tested equal on every input they take),
+// with the same IEEE float32 operations, and the global scale is computed on the device by the
+// same division.
 // This header needs no CUDA headers: streams are passed as void* (a cudaStream_t).
 #include <cstdint>
 #include <optional>

@@ -119,6 +119,42 @@ FP4GAP_HD BlockQuantResult quantize_block16(const float* x, float gs, float inv_
   return {sf8, sf > kE4M3RoundsBeyondMax};
 }
 
+// ---- Cheaper equivalents of two recipe steps, for the GPU quantizer's hot loop ----
+// Each equals the recipe's function on the inputs it names; tests/host/quantize_equivalents_test.cpp
+// compares them on every float32 of those inputs.
+
+// float_to_e4m3_sat(v) for v >= 0 (+Inf included), without branches: block scales are never
+// negative. (A NaN with a clear sign bit gives 0x7E; other inputs give meaningless bytes.)
+FP4GAP_HD std::uint8_t float_to_e4m3_sat_nonnegative(float v) {
+  const std::uint32_t u = float_bits(v);
+  // From 2^-6 up: rounding the float32 mantissa to 3 bits is an integer addition of just under
+  // half a unit plus the kept lowest bit (ties go to even); a carry moves into the exponent as it
+  // must. Rebiasing 127 -> 7 subtracts 120 << 3, and values above 464 (and +Inf) land beyond
+  // 0x7E, the cap.
+  std::uint32_t normal = (u + 0x7FFFFu + ((u >> 20) & 1u)) >> 20;
+  normal = (normal < 0x43Eu ? normal : 0x43Eu) - 0x3C0u;
+  // Below 2^-6 the grid is m * 2^-9 (m <= 8): adding 2^14, whose ulp is 2^-9, rounds v onto it,
+  // ties to even, and leaves m in the low mantissa bits.
+  const std::uint32_t subnormal = float_bits(v + 16384.0f) - float_bits(16384.0f);
+  return static_cast<std::uint8_t>(v < 0.015625f ? subnormal : normal);
+}
+
+// The magnitude of float_to_e2m1(v) (its code & 7) for a = |v| < 7, not NaN, as the bit pattern
+// of the float 2^23 + code: the code in bits 0..2, bits 3..22 zero. These are float_to_e2m1's
+// three lines without its cap at 7: below 7 the third line stays under 7.5 and rounds to at
+// most 7, so the cap never binds. The lines are non-negative floats, so the smallest is the
+// smallest bit pattern: one integer minimum of three (a single instruction on Hopper) instead of
+// three float minimums. Fusing the products into FMAs changes nothing: a * 2 is exact, and so is
+// a * 0.5 except for subnormal a, where the line rounds to 2^23 + 4 either way.
+FP4GAP_HD std::uint32_t e2m1_magnitude_bits_below_seven(float a) {
+  constexpr float k = 8388608.0f;  // 2^23
+  const std::uint32_t l1 = float_bits(a * 2.0f + k);
+  const std::uint32_t l2 = float_bits(a + (k + 2.0f));
+  const std::uint32_t l3 = float_bits(a * 0.5f + (k + 4.0f));
+  const std::uint32_t m12 = l1 < l2 ? l1 : l2;
+  return m12 < l3 ? m12 : l3;
+}
+
 // ---- Global scale ----
 
 // The range of global scales for which the recipe stays finite. Above 2^118, 1/gs times the

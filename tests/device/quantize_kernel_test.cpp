@@ -3,6 +3,7 @@
 // before each run. Needs a CUDA device; skips without one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -46,6 +47,7 @@ enum class Data {
   zero_denormal,   // blocks of +0, -0, denormals, denormals mixed with tiny normals, random
   huge,            // magnitudes up to the type's range (saturates scales with a large given gs)
   all_zero,
+  every_pattern,   // 16-bit types: each of the 65536 bit patterns once per 65536 elements, shuffled
 };
 
 std::string_view to_string(Data d) {
@@ -56,6 +58,7 @@ std::string_view to_string(Data d) {
     case Data::zero_denormal: return "zero_denormal";
     case Data::huge: return "huge";
     case Data::all_zero: return "all_zero";
+    case Data::every_pattern: return "every_pattern";
   }
   return "?";
 }
@@ -171,6 +174,7 @@ std::vector<float> make_values(const Case& c) {
       break;
     }
     case Data::all_zero:
+    case Data::every_pattern:  // raw bits: see make_input
       break;
   }
   return x;
@@ -232,11 +236,10 @@ struct DeviceOutputs {
                                        << "\n  for " << c.repro();
 }
 
-// Runs the CPU quantizer and the GPU quantizer (report path, then the plain path twice) and
-// checks that everything agrees bit for bit.
-void check_case(const Case& c) {
+// Runs the CPU quantizer and the GPU quantizer (report path, then the plain path twice) on the
+// raw input bytes of c's shape and type, and checks that everything agrees bit for bit.
+void check_input(const std::vector<std::uint8_t>& input, const Case& c) {
   SCOPED_TRACE(c.describe());
-  const std::vector<std::uint8_t> input = to_bytes(make_values(c), c.type);
 
   QuantizeReport cpu_report;
   const Nvfp4Matrix cpu = quantize_nvfp4(input.data(), c.type, c.rows, c.cols, QuantizeOptions{c.layout, c.gs}, &cpu_report);
@@ -268,6 +271,20 @@ void check_case(const Case& c) {
     ASSERT_EQ(float_bits(ws.read_global_scale(stream.as_void())), float_bits(cpu.global_scale)) << c.repro();
   }
 }
+
+// The input bytes of a case: converted values, or raw bit patterns for every_pattern.
+std::vector<std::uint8_t> make_input(const Case& c) {
+  if (c.data != Data::every_pattern) return to_bytes(make_values(c), c.type);
+  std::vector<std::uint16_t> patterns(static_cast<std::size_t>(c.rows * c.cols));
+  for (std::size_t i = 0; i < patterns.size(); ++i) patterns[i] = static_cast<std::uint16_t>(i);
+  std::mt19937_64 rng(c.seed);
+  std::shuffle(patterns.begin(), patterns.end(), rng);
+  std::vector<std::uint8_t> input(patterns.size() * 2);
+  std::memcpy(input.data(), patterns.data(), input.size());
+  return input;
+}
+
+void check_case(const Case& c) { check_input(make_input(c), c); }
 
 constexpr ElementType kTypes[] = {ElementType::bf16, ElementType::f16, ElementType::f32};
 constexpr ScaleLayout kLayouts[] = {ScaleLayout::linear, ScaleLayout::swizzled_128x4};
@@ -355,6 +372,37 @@ TEST(QuantizeKernel, Large8192SquareMatchesCpu) {
   check_case({8192, 8192, ElementType::f16, ScaleLayout::linear, std::nullopt, Data::specials, 702});
   if (HasFatalFailure()) return;
   check_case({4099, 6160, ElementType::f16, ScaleLayout::swizzled_128x4, std::nullopt, Data::random, 703});
+}
+
+// Every 16-bit pattern (zeros, subnormals, normals, Inf, NaN of both signs) once, shuffled into
+// blocks: the kernel's fast path and its recipe fallback must both agree with the CPU on all of
+// them, with the global scale computed and given (one that saturates most scales, one that makes
+// most of them subnormal).
+TEST(QuantizeKernel, EverySixteenBitPatternMatchesCpu) {
+  REQUIRE_DEVICE();
+  std::uint64_t seed = 1000;
+  for (ElementType t : {ElementType::bf16, ElementType::f16})
+    for (std::optional<float> gs : {std::optional<float>{}, std::optional<float>{1.0f}, std::optional<float>{3.0e4f},
+                                    std::optional<float>{1.0e-3f}}) {
+      check_case({256, 256, t, ScaleLayout::swizzled_128x4, gs, Data::every_pattern, ++seed});
+      if (HasFatalFailure()) return;
+    }
+}
+
+// Whole-warp walks with a partial last span (block counts not a multiple of 32 or of a thread
+// block), forward (gs given) and backward (gs computed), with a grid too small to cover the
+// tensor in one step.
+TEST(QuantizeKernel, PartialSpansAndLongWalksMatchCpu) {
+  REQUIRE_DEVICE();
+  std::uint64_t seed = 1100;
+  for (ElementType t : kTypes)
+    for (std::optional<float> gs : {std::optional<float>{}, std::optional<float>{5.0f}})
+      for (const Shape& s : {Shape{1, 16 * 33}, Shape{7, 16 * 37}, Shape{3001, 16 * 257}, Shape{2, 16 * 31}}) {
+        check_case({s.rows, s.cols, t, ScaleLayout::linear, gs, Data::random, ++seed});
+        if (HasFatalFailure()) return;
+        check_case({s.rows, s.cols, t, ScaleLayout::swizzled_128x4, gs, Data::specials, ++seed});
+        if (HasFatalFailure()) return;
+      }
 }
 
 // The plain path records into a CUDA graph (memset + amax pass + quantize) and replays correctly.

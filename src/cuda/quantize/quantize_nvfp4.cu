@@ -463,7 +463,7 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const uint4* input, std:
 }
 
 template <ElementType kType, bool kReport>
-__global__ void __launch_bounds__(kThreads) quantize_kernel(QuantizeParams p) {
+__global__ void __launch_bounds__(kThreads, kReport ? 1 : 6) quantize_kernel(QuantizeParams p) {
   using E = Element<kType>;
   constexpr int kWords = E::kWords;
   const std::uint32_t stride = gridDim.x * blockDim.x;

@@ -102,12 +102,18 @@ struct BlockQuantResult {
 
 // x: 16 float values. gs: global scale; inv_gs: 1/gs computed once by IEEE division.
 // Writes 8 packed bytes (element 2j in the low nibble, 2j+1 in the high nibble).
-// NaN elements are ignored by the block max (fmax semantics) and encode as +6 (code 0x7);
-// callers count them. Every operation is an IEEE float32 operation in the recipe's order.
+// NaN elements are ignored by the block max and encode as +6 (code 0x7); callers count them.
+// Every operation is an IEEE float32 operation in the recipe's order.
 FP4GAP_HD BlockQuantResult quantize_block16(const float* x, float gs, float inv_gs,
                                              std::uint8_t* packed) {
+  // A comparison, not std::fmax: glibc's fmaxf returns NaN when an operand is a signaling NaN
+  // (IEEE 754-2008 maxNum), which then drops every element before it from the running max, while
+  // the GPU's max ignores every NaN. `a > vmax` is false for any NaN, on every platform.
   float vmax = 0.0f;
-  for (int i = 0; i < kBlockSize; ++i) vmax = std::fmax(vmax, std::fabs(x[i]));
+  for (int i = 0; i < kBlockSize; ++i) {
+    const float a = std::fabs(x[i]);
+    vmax = a > vmax ? a : vmax;
+  }
   const float sf = gs * (vmax * kReciprocalSix);
   const std::uint8_t sf8 = float_to_e4m3_sat(sf);
   const float out = (sf8 == 0) ? 0.0f : 1.0f / (e4m3_to_float(sf8) * inv_gs);

@@ -97,5 +97,28 @@ TEST(QuantizeEquivalents, E2m1MagnitudeNeedsTheCapFromSevenOn) {
   EXPECT_EQ(float_to_e2m1(7.0f), 0x7u);
 }
 
+// The GPU's block max ignores every NaN, quiet or signaling, so the recipe must too: a signaling
+// NaN after the block's largest element must not drop that element (glibc's fmaxf would), and a
+// NaN of either kind in the last position must not make the max NaN.
+TEST(QuantizeEquivalents, BlockMaxIgnoresQuietAndSignalingNaN) {
+  const float gs = 1.0f, inv_gs = 1.0f;
+  for (std::uint32_t nan_bits : {0x7F800001u, 0xFF800001u, 0x7FA00000u, 0x7FC00000u, 0xFFC00000u}) {
+    for (int pos : {0, 5, 15}) {
+      float with_nan[kBlockSize], with_zero[kBlockSize];
+      for (int i = 0; i < kBlockSize; ++i) with_nan[i] = with_zero[i] = 0.125f * static_cast<float>(i % 5);
+      with_nan[3] = with_zero[3] = -5.0f;  // the block max, before every NaN position but 0
+      with_nan[pos] = bits_float(nan_bits);
+      with_zero[pos] = 0.0f;
+      std::uint8_t packed_nan[kBlockSize / 2], packed_zero[kBlockSize / 2];
+      const BlockQuantResult r_nan = quantize_block16(with_nan, gs, inv_gs, packed_nan);
+      const BlockQuantResult r_zero = quantize_block16(with_zero, gs, inv_gs, packed_zero);
+      EXPECT_EQ(int{r_nan.scale}, int{r_zero.scale})
+          << "NaN bits " << hex(nan_bits) << " at element " << pos
+          << "; repro: fp4gap_host_tests --gtest_filter=QuantizeEquivalents.BlockMaxIgnoresQuietAndSignalingNaN";
+      EXPECT_EQ(int{r_nan.scale}, int{float_to_e4m3_sat(5.0f * kReciprocalSix)}) << hex(nan_bits) << " at " << pos;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace fp4gap

@@ -213,8 +213,12 @@ __device__ __forceinline__ void load_block(const void* input, std::uint32_t bloc
 // plus __syncwarp orders that. Chunk c sits at c ^ ((c / 8) % pieces), so that the 8 lanes of a
 // quarter-warp touch 8 distinct 16-byte bank groups both when they copy and when they read. In a
 // reverse walk lane l handles the span's block 31 - l.
+// A lane finds its block's chunk v by XOR-ing 16 * v into the shared address of chunk 0, which
+// lands on the right slot only if the ring starts on a multiple of 16 * kPieces bytes (64 for
+// f32). A uint4 array is only 16-byte aligned, and the compiler places the ring after the other
+// shared variables (at 32 mod 64 in practice), hence the explicit alignment.
 template <ElementType kType>
-struct WarpLoadRing {
+struct alignas(128) WarpLoadRing {
   static constexpr int kPieces = Element<kType>::kWords / 4;  // 16-byte chunks per block
   static constexpr int kChunks = 32 * kPieces;               // per warp and stage
   // Steps in flight per warp = kStages - 1; 32 KiB of shared memory per thread block either way.
@@ -222,6 +226,7 @@ struct WarpLoadRing {
   static constexpr std::uint32_t kStageBytes = kWarps * kChunks * 16;
   static constexpr std::uint32_t kRingBytes = kStages * kStageBytes;  // a power of two: offsets wrap by masking
   static_assert((kRingBytes & (kRingBytes - 1)) == 0, "stage offsets wrap with a mask");
+  static_assert(16 * kPieces <= 128 && kStageBytes % 128 == 0, "every stage starts where XOR-ing 16 * v is exact");
   uint4 chunk[kStages][kWarps][kChunks];
 };
 

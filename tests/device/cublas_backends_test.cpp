@@ -12,24 +12,14 @@
 #include "fp4gap/cuda_api.hpp"
 #include "fp4gap/reference.hpp"
 #include "fp4gap/verify.hpp"
+#include "device_test_support.hpp"
 
 namespace fp4gap {
 namespace {
 
-const DeviceContext& gpu() {
-  static const DeviceContext d = query_device(0);
-  return d;
-}
+using test::gpu;
 
-// Device tests run where a GPU exists: without one they fail with the reason, never skip.
-#define REQUIRE_GPU() ASSERT_TRUE(gpu().available) << "device tests need a CUDA device: " << gpu().unavailable_reason
-
-GemmBackend& backend(const char* name) {
-  register_cuda_backends();
-  GemmBackend* b = find_gemm_backend(name);
-  if (b == nullptr) throw RuntimeError(std::string("backend not registered: ") + name);
-  return *b;
-}
+GemmBackend& backend(const char* name) { return test::registered_backend(name); }
 
 std::string repro(const GemmProblem& p, std::uint64_t seed, const char* backend_name) {
   std::ostringstream os;

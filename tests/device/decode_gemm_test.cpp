@@ -21,19 +21,12 @@
 #include "fp4gap/reference.hpp"
 #include "fp4gap/timing.hpp"
 #include "fp4gap/verify.hpp"
+#include "device_test_support.hpp"
 
 namespace fp4gap::decode {
 namespace {
 
-const DeviceContext& device() {
-  static const DeviceContext d = query_device();
-  return d;
-}
-
-#define REQUIRE_DEVICE()                                                  \
-  do {                                                                    \
-    if (!device().available) GTEST_SKIP() << device().unavailable_reason; \
-  } while (0)
+using test::gpu;
 
 std::string repro(const std::string& what, std::uint64_t seed) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
@@ -166,7 +159,7 @@ void check(const Case& c, const Plan& plan, const Layouts& l, OutputType out, st
 // K in {32, 96, 6144} (K = 32, 96: one partial window; 6144: many chunks and split-K), the plan
 // the policy chooses, the shuffled weight and swizzled scales as users pass them.
 TEST(DecodeGemm, EveryMnkOfTheIssueMatchesTheReference) {
-  REQUIRE_DEVICE();
+  REQUIRE_GPU();
   std::uint64_t seed = 100;
   int out_index = 0;
   for (Math math : {Math::w4a16, Math::w4a4}) {
@@ -175,7 +168,7 @@ TEST(DecodeGemm, EveryMnkOfTheIssueMatchesTheReference) {
         for (std::int64_t k : {32, 96, 6144}) {
           ++seed;
           const Case c(math, m, n, k, seed, InputDistribution::random);
-          const Plan plan = choose_plan(m, n, k, math, WeightLayout::shuffled, device());
+          const Plan plan = choose_plan(m, n, k, math, WeightLayout::shuffled, gpu());
           check(c, plan, Layouts{}, kOutputs[out_index++ % 3], seed);
           if (HasFatalFailure()) return;
         }
@@ -186,14 +179,14 @@ TEST(DecodeGemm, EveryMnkOfTheIssueMatchesTheReference) {
 
 // W4A16 has no N % 32 rule: N = 1 and N = 17 (a partial 16-row tile) and K = 32.
 TEST(DecodeGemm, W4a16TakesAnyN) {
-  REQUIRE_DEVICE();
+  REQUIRE_GPU();
   std::uint64_t seed = 200;
   for (std::int64_t n : {1, 17, 80, 1000}) {
     for (std::int64_t m : {1, 9, 64}) {
       ++seed;
       const Case c(Math::w4a16, m, n, 160, seed, InputDistribution::random);
       for (WeightLayout wl : {WeightLayout::plain, WeightLayout::shuffled}) {
-        const Plan plan = choose_plan(m, n, 160, Math::w4a16, wl, device());
+        const Plan plan = choose_plan(m, n, 160, Math::w4a16, wl, gpu());
         check(c, plan, Layouts{wl, ScaleLayout::linear, ScaleLayout::linear}, OutputType::f32, seed);
         if (HasFatalFailure()) return;
       }
@@ -204,7 +197,7 @@ TEST(DecodeGemm, W4a16TakesAnyN) {
 // Both weight layouts x both weight scale layouts x both activation scale layouts x every
 // output type, on shapes with a partial last window and one with many chunks.
 TEST(DecodeGemm, EveryLayoutAndOutputTypeMatchesTheReference) {
-  REQUIRE_DEVICE();
+  REQUIRE_GPU();
   struct Mnk {
     std::int64_t m, n, k;
   };
@@ -214,7 +207,7 @@ TEST(DecodeGemm, EveryLayoutAndOutputTypeMatchesTheReference) {
       ++seed;
       const Case c(math, s.m, s.n, s.k, seed, InputDistribution::random);
       for (WeightLayout wl : {WeightLayout::plain, WeightLayout::shuffled}) {
-        const Plan plan = choose_plan(s.m, s.n, s.k, math, wl, device());
+        const Plan plan = choose_plan(s.m, s.n, s.k, math, wl, gpu());
         for (ScaleLayout ws : kLayouts) {
           for (ScaleLayout as : kLayouts) {
             if (math == Math::w4a16 && as == ScaleLayout::linear) continue;  // no activation scales
@@ -232,7 +225,7 @@ TEST(DecodeGemm, EveryLayoutAndOutputTypeMatchesTheReference) {
 // Exact-grid data: every fp32 partial sum is exact whatever the order, so every configuration and
 // split-K factor must give the reference rounded once, bit for bit.
 TEST(DecodeGemm, ExactGridIsBitExactForEveryConfigAndSplit) {
-  REQUIRE_DEVICE();
+  REQUIRE_GPU();
   struct Mnk {
     std::int64_t m, n, k;
   };
@@ -259,7 +252,7 @@ TEST(DecodeGemm, ExactGridIsBitExactForEveryConfigAndSplit) {
 
 // Forced split-K factors on random data stay within the bound.
 TEST(DecodeGemm, ForcedSplitsMatchTheReference) {
-  REQUIRE_DEVICE();
+  REQUIRE_GPU();
   std::uint64_t seed = 500;
   for (Math math : {Math::w4a16, Math::w4a4}) {
     ++seed;
@@ -281,7 +274,7 @@ TEST(DecodeGemm, ForcedSplitsMatchTheReference) {
 // left at zero by every launch and the reduction orders (k parts, splits) are fixed. Config 6
 // splits K over 2 warps per row group as well.
 TEST(DecodeGemm, RepeatedRunsAreBitwiseEqual) {
-  REQUIRE_DEVICE();
+  REQUIRE_GPU();
   std::uint64_t seed = 600;
   for (Math math : {Math::w4a16, Math::w4a4}) {
     ++seed;
@@ -307,7 +300,7 @@ TEST(DecodeGemm, RepeatedRunsAreBitwiseEqual) {
 
 // launch_gemm captured into a CUDA graph and replayed.
 TEST(DecodeGemm, GraphReplayMatchesTheReference) {
-  REQUIRE_DEVICE();
+  REQUIRE_GPU();
   const std::uint64_t seed = 700;
   const Case c(Math::w4a16, 3, 2048, 6144, seed, InputDistribution::random);
   const Plan plan = make_plan(3, 2048, 6144, Math::w4a16, WeightLayout::shuffled, 1, 3);
@@ -331,7 +324,7 @@ TEST(DecodeGemm, GraphReplayMatchesTheReference) {
 }
 
 TEST(DecodeGemm, LaunchRejectsBadArguments) {
-  REQUIRE_DEVICE();
+  REQUIRE_GPU();
   const Plan plan = make_plan(4, 64, 512, Math::w4a16, WeightLayout::shuffled, 2, 2);
   GemmArgs args;
   try {
@@ -353,26 +346,26 @@ GemmBackend* backend(const char* name) {
 }
 
 TEST(DecodeBackends, SupportSaysWhyNot) {
-  REQUIRE_DEVICE();
+  REQUIRE_GPU();
   for (const char* name : {"fp4gap-decode-w4a16", "fp4gap-decode-w4a4"}) {
     GemmBackend* b = backend(name);
     ASSERT_NE(b, nullptr);
     const Math math = std::string(name).find("w4a16") != std::string::npos ? Math::w4a16 : Math::w4a4;
-    EXPECT_TRUE(b->supports(problem_of(math, 64, 4096, 6144, OutputType::bf16), device()).is_ok()) << name;
-    const Status big = b->supports(problem_of(math, 65, 4096, 6144, OutputType::bf16), device());
+    EXPECT_TRUE(b->supports(problem_of(math, 64, 4096, 6144, OutputType::bf16), gpu()).is_ok()) << name;
+    const Status big = b->supports(problem_of(math, 65, 4096, 6144, OutputType::bf16), gpu());
     EXPECT_EQ(big.code, StatusCode::not_supported) << name;
     EXPECT_NE(big.reason.find("decode kernel serves M <= 64"), std::string::npos) << big.reason;
     GemmProblem wrong = problem_of(math, 4, 64, 64, OutputType::bf16);
     wrong.a_format = math == Math::w4a16 ? OperandFormat::nvfp4 : OperandFormat::bf16;
-    EXPECT_EQ(b->supports(wrong, device()).code, StatusCode::not_supported) << name;
+    EXPECT_EQ(b->supports(wrong, gpu()).code, StatusCode::not_supported) << name;
   }
-  EXPECT_EQ(backend("fp4gap-decode-w4a4")->supports(problem_of(Math::w4a4, 4, 48, 64, OutputType::f16), device()).code,
+  EXPECT_EQ(backend("fp4gap-decode-w4a4")->supports(problem_of(Math::w4a4, 4, 48, 64, OutputType::f16), gpu()).code,
             StatusCode::invalid_problem);
 }
 
 // prepare() on two input sets, poison, run each set, verify against the runner's own operands.
 TEST(DecodeBackends, RunnersMatchTheReferenceOnEverySet) {
-  REQUIRE_DEVICE();
+  REQUIRE_GPU();
   std::uint64_t seed = 800;
   for (const char* name : {"fp4gap-decode-w4a16", "fp4gap-decode-w4a4"}) {
     GemmBackend* b = backend(name);
@@ -381,7 +374,7 @@ TEST(DecodeBackends, RunnersMatchTheReferenceOnEverySet) {
     for (OutputType out : kOutputs) {
       ++seed;
       const GemmProblem p = problem_of(math, 5, 2048, 6144, out);
-      ASSERT_TRUE(b->supports(p, device()).is_ok());
+      ASSERT_TRUE(b->supports(p, gpu()).is_ok());
       const GemmInputs in = make_gemm_inputs(p, seed);
       auto runner = b->prepare(in, 2);
       ASSERT_EQ(runner->input_sets(), 2);
@@ -411,7 +404,7 @@ TEST(DecodeBackends, RunnersMatchTheReferenceOnEverySet) {
 // rotated weight copies (cold weights), printed beside the policy's choice and its model estimate:
 // the data to refit the cost model in src/tune/decode_plan.cpp (docs/KERNELS-decode.md).
 TEST(DecodeGemm, DISABLED_SweepConfigsAndSplits) {
-  REQUIRE_DEVICE();
+  REQUIRE_GPU();
   struct Nk {
     std::int64_t n, k;
   };
@@ -421,7 +414,7 @@ TEST(DecodeGemm, DISABLED_SweepConfigsAndSplits) {
         const GemmInputs in = make_gemm_inputs(problem_of(math, m, s.n, s.k, OutputType::bf16), 1);
         const ShuffledWeight w = shuffle_weight_for_decode(in.b_fp4, math);
         const double weight_bytes = static_cast<double>(w.codes.size() + w.scales.size());
-        const int sets = input_sets_for_cold_cache(weight_bytes, device().l2_bytes, 64);
+        const int sets = input_sets_for_cold_cache(weight_bytes, gpu().l2_bytes, 64);
         const std::size_t stride = (w.codes.size() + w.scales.size() + 255) / 256 * 256;
         cuda::DeviceBuffer<std::uint8_t> weights(stride * static_cast<std::size_t>(sets));
         for (int i = 0; i < sets; ++i) {
@@ -439,7 +432,7 @@ TEST(DecodeGemm, DISABLED_SweepConfigsAndSplits) {
           a_scales = cuda::DeviceBuffer<std::uint8_t>(am.scales);
         }
         cuda::DeviceBuffer<std::uint8_t> d(static_cast<std::size_t>(m * s.n * 2));
-        const Plan chosen = choose_plan(m, s.n, s.k, math, WeightLayout::shuffled, device());
+        const Plan chosen = choose_plan(m, s.n, s.k, math, WeightLayout::shuffled, gpu());
         const double floor_us = weight_bytes / 4.27e6;
         std::printf("\n%s m%lld n%lld k%lld: weight floor %.2f us at 4.27 TB/s, %d weight sets; policy: %s\n",
                     std::string(to_string(math)).c_str(), static_cast<long long>(m), static_cast<long long>(s.n),
@@ -466,11 +459,11 @@ TEST(DecodeGemm, DISABLED_SweepConfigsAndSplits) {
                   x.w_scales = x.w_codes + w.codes.size();
                   launch_gemm(plan, x, stream);
                 },
-                sets, device(), TimingOptions{});
+                sets, gpu(), TimingOptions{});
             std::printf("  %s%-118s graph %7.2f us (%5.1f%% of floor)  event %7.2f us  model %6.2f us\n",
                         plan.config_index == chosen.config_index && plan.split_k == chosen.split_k ? "* " : "  ",
                         plan.describe().c_str(), t.graph.median_us, 100.0 * floor_us / t.graph.median_us,
-                        t.event.median_us, estimate_plan_us(plan, device()));
+                        t.event.median_us, estimate_plan_us(plan, gpu()));
           }
         }
       }

@@ -19,19 +19,12 @@
 #include "fp4gap/quantize.hpp"
 #include "fp4gap/reference.hpp"
 #include "fp4gap/verify.hpp"
+#include "device_test_support.hpp"
 
 namespace fp4gap {
 namespace {
 
-const DeviceContext& device() {
-  static const DeviceContext d = query_device();
-  return d;
-}
-
-#define REQUIRE_DEVICE()                                                \
-  do {                                                                  \
-    if (!device().available) GTEST_SKIP() << device().unavailable_reason; \
-  } while (0)
+using test::gpu;
 
 std::string repro(const std::string& what, std::uint64_t seed) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
@@ -158,7 +151,7 @@ struct Mnk {
 };
 
 TEST(GpuReferenceGemm, MatchesCpuReferenceForEveryFormatPairLayoutAndOutput) {
-  REQUIRE_DEVICE();
+  REQUIRE_GPU();
   // Odd m and n, m % 128 != 0 (swizzled row padding), k % 64 != 0 (swizzled k padding).
   const Mnk shapes[] = {{1, 1, 16}, {3, 5, 48}, {7, 33, 80}, {129, 65, 1040}, {64, 32, 32}, {1, 257, 160}};
   std::uint64_t seed = 1000;
@@ -187,7 +180,7 @@ TEST(GpuReferenceGemm, MatchesCpuReferenceForEveryFormatPairLayoutAndOutput) {
 // Exact-grid operands: every float32 partial sum is exact, so the f32 output equals the reference
 // exactly, in both layouts.
 TEST(GpuReferenceGemm, ExactGridInputsGiveTheExactResult) {
-  REQUIRE_DEVICE();
+  REQUIRE_GPU();
   const Mnk shapes[] = {{1, 32, 32}, {3, 64, 96}, {129, 32, 1056}};
   const std::pair<OperandFormat, OperandFormat> pairs[] = {{OperandFormat::nvfp4, OperandFormat::nvfp4},
                                                            {OperandFormat::bf16, OperandFormat::nvfp4},
@@ -230,7 +223,7 @@ TEST(GpuReferenceGemm, ExactGridInputsGiveTheExactResult) {
 
 // The double-accumulating form agrees with the CPU reference to double precision.
 TEST(GpuReferenceGemm, DoubleFormMatchesCpuReference) {
-  REQUIRE_DEVICE();
+  REQUIRE_GPU();
   std::uint64_t seed = 3000;
   for (OperandFormat af : kFormats)
     for (OperandFormat bf : kFormats) {
@@ -255,7 +248,7 @@ TEST(GpuReferenceGemm, DoubleFormMatchesCpuReference) {
 }
 
 TEST(GpuReferenceGemm, RejectsMismatchedOperands) {
-  REQUIRE_DEVICE();
+  REQUIRE_GPU();
   const HostOperand a = make_operand(OperandFormat::bf16, 4, 32, ScaleLayout::linear, 1);
   const HostOperand b = make_operand(OperandFormat::bf16, 4, 48, ScaleLayout::linear, 2);
   try {
@@ -277,15 +270,15 @@ TEST(GpuReferenceGemm, RejectsMismatchedOperands) {
 
 // The backend through the registry: supports, prepare, poison, run on two sets, verify.
 TEST(GpuReferenceBackend, RunsAndVerifiesThroughTheRegistry) {
-  REQUIRE_DEVICE();
+  REQUIRE_GPU();
   register_cuda_backends();
   GemmBackend* backend = find_gemm_backend("gpu-reference");
   ASSERT_NE(backend, nullptr) << "gpu-reference is not registered";
 
   const GemmProblem fp8{16, 32, 64, OperandFormat::e4m3, OperandFormat::nvfp4, OutputType::bf16};
-  EXPECT_EQ(backend->supports(fp8, device()).code, StatusCode::not_supported);
+  EXPECT_EQ(backend->supports(fp8, gpu()).code, StatusCode::not_supported);
   const GemmProblem bad_k{16, 32, 48, OperandFormat::nvfp4, OperandFormat::nvfp4, OutputType::bf16};
-  EXPECT_EQ(backend->supports(bad_k, device()).code, StatusCode::invalid_problem);
+  EXPECT_EQ(backend->supports(bad_k, gpu()).code, StatusCode::invalid_problem);
   DeviceContext none;
   none.unavailable_reason = "no CUDA device: test";
   const Status no_device = backend->supports(GemmProblem{16, 32, 64}, none);
@@ -303,7 +296,7 @@ TEST(GpuReferenceBackend, RunsAndVerifiesThroughTheRegistry) {
       for (OutputType out : kOutputs) {
         ++seed;
         const GemmProblem p{s.m, s.n, s.k, af, bf, out};
-        ASSERT_TRUE(backend->supports(p, device()).is_ok()) << p.label();
+        ASSERT_TRUE(backend->supports(p, gpu()).is_ok()) << p.label();
         const GemmInputs in = make_gemm_inputs(p, seed);
         const ReferenceResult ref = reference_gemm(in.a_view(), in.b_view(), in.alpha);
         auto runner = backend->prepare(in, 2);

@@ -18,14 +18,12 @@
 #include "fp4gap/prefill.hpp"
 #include "fp4gap/reference.hpp"
 #include "fp4gap/verify.hpp"
+#include "device_test_support.hpp"
 
 namespace fp4gap {
 namespace {
 
-const DeviceContext& gpu() {
-  static const DeviceContext d = query_device(0);
-  return d;
-}
+using test::gpu;
 
 // Device tests run where a GPU exists: without one they fail with the reason, never skip. These
 // kernels need sm_90a: elsewhere the backends must say so, which SupportsNamesItsRules checks.
@@ -36,12 +34,7 @@ const DeviceContext& gpu() {
     ASSERT_TRUE(avail.is_ok()) << "prefill kernels need an sm_90a device: " << avail.reason;    \
   } while (0)
 
-GemmBackend& backend(const char* name) {
-  register_cuda_backends();
-  GemmBackend* b = find_gemm_backend(name);
-  if (b == nullptr) throw RuntimeError(std::string("backend not registered: ") + name);
-  return *b;
-}
+GemmBackend& backend(const char* name) { return test::registered_backend(name); }
 
 std::string repro(const std::string& what, std::uint64_t seed) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();

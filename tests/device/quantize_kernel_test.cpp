@@ -19,21 +19,14 @@
 #include "fp4gap/cuda_quantize.hpp"
 #include "fp4gap/numeric.hpp"
 #include "fp4gap/quantize.hpp"
+#include "device_test_support.hpp"
 
 namespace fp4gap {
 namespace {
 
+using test::gpu;
+
 constexpr std::uint8_t kPoison = 0xAB;
-
-const DeviceContext& device() {
-  static const DeviceContext d = query_device();
-  return d;
-}
-
-#define REQUIRE_DEVICE()                                                \
-  do {                                                                  \
-    if (!device().available) GTEST_SKIP() << device().unavailable_reason; \
-  } while (0)
 
 std::string current_test() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
@@ -297,7 +290,7 @@ constexpr Shape kSmallShapes[] = {{1, 16}, {1, 48}, {3, 80}, {129, 48}, {129, 10
                                   {5, 1040}, {300, 2048}, {1, 4096}};
 
 TEST(QuantizeKernel, RandomDataMatchesCpuOnSmallAndOddShapes) {
-  REQUIRE_DEVICE();
+  REQUIRE_GPU();
   std::uint64_t seed = 100;
   for (ElementType t : kTypes)
     for (ScaleLayout l : kLayouts)
@@ -309,7 +302,7 @@ TEST(QuantizeKernel, RandomDataMatchesCpuOnSmallAndOddShapes) {
 }
 
 TEST(QuantizeKernel, GridValuesAndMidpointsMatchCpu) {
-  REQUIRE_DEVICE();
+  REQUIRE_GPU();
   std::uint64_t seed = 200;
   for (ElementType t : kTypes)
     for (ScaleLayout l : kLayouts)
@@ -320,7 +313,7 @@ TEST(QuantizeKernel, GridValuesAndMidpointsMatchCpu) {
 }
 
 TEST(QuantizeKernel, NanAndInfAreCountedLikeTheCpu) {
-  REQUIRE_DEVICE();
+  REQUIRE_GPU();
   std::uint64_t seed = 300;
   for (ElementType t : kTypes)
     for (ScaleLayout l : kLayouts)
@@ -332,7 +325,7 @@ TEST(QuantizeKernel, NanAndInfAreCountedLikeTheCpu) {
 }
 
 TEST(QuantizeKernel, ZeroAndDenormalBlocksMatchCpu) {
-  REQUIRE_DEVICE();
+  REQUIRE_GPU();
   std::uint64_t seed = 400;
   for (ElementType t : kTypes)
     for (ScaleLayout l : kLayouts)
@@ -343,7 +336,7 @@ TEST(QuantizeKernel, ZeroAndDenormalBlocksMatchCpu) {
 }
 
 TEST(QuantizeKernel, AllZeroTensorUsesGlobalScaleOne) {
-  REQUIRE_DEVICE();
+  REQUIRE_GPU();
   std::uint64_t seed = 500;
   for (ElementType t : kTypes)
     for (ScaleLayout l : kLayouts) {
@@ -353,7 +346,7 @@ TEST(QuantizeKernel, AllZeroTensorUsesGlobalScaleOne) {
 }
 
 TEST(QuantizeKernel, HugeValuesAndSaturatedScalesMatchCpu) {
-  REQUIRE_DEVICE();
+  REQUIRE_GPU();
   std::uint64_t seed = 600;
   for (ElementType t : kTypes)
     for (ScaleLayout l : kLayouts)
@@ -364,7 +357,7 @@ TEST(QuantizeKernel, HugeValuesAndSaturatedScalesMatchCpu) {
 }
 
 TEST(QuantizeKernel, Large8192SquareMatchesCpu) {
-  REQUIRE_DEVICE();
+  REQUIRE_GPU();
   check_case({8192, 8192, ElementType::bf16, ScaleLayout::swizzled_128x4, std::nullopt, Data::random, 700});
   if (HasFatalFailure()) return;
   check_case({8192, 8192, ElementType::bf16, ScaleLayout::linear, std::optional<float>{448.0f}, Data::random, 701});
@@ -379,7 +372,7 @@ TEST(QuantizeKernel, Large8192SquareMatchesCpu) {
 // them, with the global scale computed and given (one that saturates most scales, one that makes
 // most of them subnormal).
 TEST(QuantizeKernel, EverySixteenBitPatternMatchesCpu) {
-  REQUIRE_DEVICE();
+  REQUIRE_GPU();
   std::uint64_t seed = 1000;
   for (ElementType t : {ElementType::bf16, ElementType::f16})
     for (std::optional<float> gs : {std::optional<float>{}, std::optional<float>{1.0f}, std::optional<float>{3.0e4f},
@@ -393,7 +386,7 @@ TEST(QuantizeKernel, EverySixteenBitPatternMatchesCpu) {
 // block), forward (gs given) and backward (gs computed), with a grid too small to cover the
 // tensor in one step.
 TEST(QuantizeKernel, PartialSpansAndLongWalksMatchCpu) {
-  REQUIRE_DEVICE();
+  REQUIRE_GPU();
   std::uint64_t seed = 1100;
   for (ElementType t : kTypes)
     for (std::optional<float> gs : {std::optional<float>{}, std::optional<float>{5.0f}})
@@ -407,7 +400,7 @@ TEST(QuantizeKernel, PartialSpansAndLongWalksMatchCpu) {
 
 // The plain path records into a CUDA graph (memset + amax pass + quantize) and replays correctly.
 TEST(QuantizeKernel, PlainPathIsGraphCapturable) {
-  REQUIRE_DEVICE();
+  REQUIRE_GPU();
   for (std::optional<float> gs : {std::optional<float>{}, std::optional<float>{12.0f}}) {
     const Case c{129, 1040, ElementType::bf16, ScaleLayout::swizzled_128x4, gs, Data::random, 800};
     SCOPED_TRACE(c.describe());
@@ -440,7 +433,7 @@ TEST(QuantizeKernel, PlainPathIsGraphCapturable) {
 
 // A non-finite element must never produce the NaN scale byte 0x7F, on any path.
 TEST(QuantizeKernel, NoNanScaleByteFromNonFiniteInput) {
-  REQUIRE_DEVICE();
+  REQUIRE_GPU();
   const Case c{64, 256, ElementType::f32, ScaleLayout::linear, std::nullopt, Data::specials, 900};
   const std::vector<std::uint8_t> input = to_bytes(make_values(c), c.type);
   cuda::Stream stream;
@@ -457,7 +450,7 @@ TEST(QuantizeKernel, NoNanScaleByteFromNonFiniteInput) {
 
 // Bad arguments: the message names the rule and quotes the value.
 TEST(QuantizeKernel, RejectsBadArgumentsWithTheRuleAndTheShape) {
-  REQUIRE_DEVICE();
+  REQUIRE_GPU();
   DeviceQuantizeWorkspace ws;
   cuda::DeviceBuffer<std::uint8_t> input(4 * 64 * 64 + 16), codes(64 * 64 / 2 + 8), scales(128 * 4 + 8);
   auto expect_invalid = [&](const void* in, std::int64_t rows, std::int64_t cols, std::optional<float> gs,

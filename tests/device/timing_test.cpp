@@ -12,15 +12,12 @@
 #include "fp4gap/reference.hpp"
 #include "fp4gap/timing.hpp"
 #include "fp4gap/verify.hpp"
+#include "device_test_support.hpp"
 
 namespace fp4gap {
 namespace {
 
-const DeviceContext& gpu() {
-  static const DeviceContext d = query_device(0);
-  return d;
-}
-#define REQUIRE_GPU() ASSERT_TRUE(gpu().available) << "device tests need a CUDA device: " << gpu().unavailable_reason
+using test::gpu;
 
 void expect_ordered(const TimingStats& t, int samples, const char* mode) {
   EXPECT_EQ(t.samples, samples) << mode;

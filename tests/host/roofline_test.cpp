@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "fp4gap/roofline.hpp"
+#include "test_support.hpp"
 
 namespace fp4gap {
 namespace {
@@ -16,20 +17,10 @@ Ceilings hopper_like() {
   return c;
 }
 
-GemmProblem problem(std::int64_t m, std::int64_t n, std::int64_t k, OperandFormat a, OperandFormat b,
-                    OutputType out = OutputType::bf16) {
-  GemmProblem p;
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.a_format = a;
-  p.b_format = b;
-  p.out_type = out;
-  return p;
-}
+using test::make_problem;
 
 TEST(Roofline, DecodeW4A4IsMemoryBoundWithBytesCountedByHand) {
-  const GemmProblem p = problem(16, 4096, 6144, OperandFormat::nvfp4, OperandFormat::nvfp4);
+  const GemmProblem p = make_problem(16, 4096, 6144, OperandFormat::nvfp4, OperandFormat::nvfp4);
   const RooflinePoint r = roofline(p, OperandFormat::nvfp4, OperandFormat::nvfp4, hopper_like());
   // A: 16*6144/2 payload + 16*6144/16 scales; B: 4096*6144/2 + 4096*6144/16; D: 16*4096*2.
   const double bytes = (16.0 * 3072 + 16.0 * 384) + (4096.0 * 3072 + 4096.0 * 384) + 16.0 * 4096 * 2;
@@ -45,7 +36,7 @@ TEST(Roofline, DecodeW4A4IsMemoryBoundWithBytesCountedByHand) {
 }
 
 TEST(Roofline, PrefillBf16IsComputeBound) {
-  const GemmProblem p = problem(4096, 4096, 6144, OperandFormat::bf16, OperandFormat::bf16);
+  const GemmProblem p = make_problem(4096, 4096, 6144, OperandFormat::bf16, OperandFormat::bf16);
   const RooflinePoint r = roofline(p, OperandFormat::bf16, OperandFormat::bf16, hopper_like());
   const double flops = 2.0 * 4096 * 4096 * 6144;
   const double bytes = 4096.0 * 6144 * 2 * 2 + 4096.0 * 4096 * 2;
@@ -56,7 +47,7 @@ TEST(Roofline, PrefillBf16IsComputeBound) {
 }
 
 TEST(Roofline, TinyProblemIsUnderTheLaunchFloor) {
-  const GemmProblem p = problem(1, 256, 512, OperandFormat::nvfp4, OperandFormat::nvfp4);
+  const GemmProblem p = make_problem(1, 256, 512, OperandFormat::nvfp4, OperandFormat::nvfp4);
   const RooflinePoint r = roofline(p, OperandFormat::nvfp4, OperandFormat::nvfp4, hopper_like());
   ASSERT_LT(r.roof_s, kLaunchFloorSeconds);
   EXPECT_EQ(r.bound, Bound::launch_latency);
@@ -66,7 +57,7 @@ TEST(Roofline, TinyProblemIsUnderTheLaunchFloor) {
 
 TEST(Roofline, MovedFormatsDecideBytesAndRate) {
   // cuBLAS BF16 on an NVFP4 problem moves BF16 operands: 16x the payload of FP4 per element pair.
-  const GemmProblem p = problem(16, 2048, 6144, OperandFormat::nvfp4, OperandFormat::nvfp4);
+  const GemmProblem p = make_problem(16, 2048, 6144, OperandFormat::nvfp4, OperandFormat::nvfp4);
   const RooflinePoint own = roofline(p, OperandFormat::bf16, OperandFormat::bf16, hopper_like());
   EXPECT_DOUBLE_EQ(own.bytes, 16.0 * 6144 * 2 + 2048.0 * 6144 * 2 + 16.0 * 2048 * 2);
 }
@@ -87,7 +78,7 @@ TEST(Roofline, MissingCeilingGivesUnknown) {
   Ceilings c = hopper_like();
   c.memory_bytes_per_s = 0;
   const RooflinePoint r =
-      roofline(problem(512, 2048, 6144, OperandFormat::nvfp4, OperandFormat::nvfp4), OperandFormat::nvfp4,
+      roofline(make_problem(512, 2048, 6144, OperandFormat::nvfp4, OperandFormat::nvfp4), OperandFormat::nvfp4,
                OperandFormat::nvfp4, c);
   EXPECT_EQ(r.bound, Bound::unknown);
   EXPECT_EQ(r.roof_s, 0.0);
@@ -101,22 +92,22 @@ TEST(Roofline, BoundNames) {
 }
 
 TEST(TileCoverage, SeedShapeStarvesAnH200) {
-  const TileCoverage t = tile_coverage(problem(512, 2048, 6144, OperandFormat::nvfp4, OperandFormat::nvfp4), 132);
+  const TileCoverage t = tile_coverage(make_problem(512, 2048, 6144, OperandFormat::nvfp4, OperandFormat::nvfp4), 132);
   EXPECT_EQ(t.tiles, 64);
   EXPECT_TRUE(t.starved);
   EXPECT_EQ(t.text, "64 output tiles of 128x128 for 132 SMs");
 }
 
 TEST(TileCoverage, PartialTilesRoundUpAndLargeShapesReportWaves) {
-  const GemmProblem p = problem(129, 4096, 6144, OperandFormat::nvfp4, OperandFormat::nvfp4);
+  const GemmProblem p = make_problem(129, 4096, 6144, OperandFormat::nvfp4, OperandFormat::nvfp4);
   const TileCoverage t = tile_coverage(p, 132);
   EXPECT_EQ(t.tiles, 2 * 32);
-  const TileCoverage big = tile_coverage(problem(4096, 4096, 64, OperandFormat::bf16, OperandFormat::bf16), 132);
+  const TileCoverage big = tile_coverage(make_problem(4096, 4096, 64, OperandFormat::bf16, OperandFormat::bf16), 132);
   EXPECT_EQ(big.tiles, 1024);
   EXPECT_FALSE(big.starved);
   EXPECT_DOUBLE_EQ(big.waves, 1024.0 / 132.0);
   EXPECT_EQ(big.text, "1024 output tiles of 128x128 for 132 SMs (7.76 waves)");
-  const TileCoverage custom = tile_coverage(problem(16, 4096, 64, OperandFormat::bf16, OperandFormat::bf16), 188, 64, 256);
+  const TileCoverage custom = tile_coverage(make_problem(16, 4096, 64, OperandFormat::bf16, OperandFormat::bf16), 188, 64, 256);
   EXPECT_EQ(custom.tiles, 16);
   EXPECT_EQ(custom.text, "16 output tiles of 64x256 for 188 SMs");
   EXPECT_THROW(tile_coverage(p, 0), InvalidArgument);

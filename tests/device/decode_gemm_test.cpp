@@ -27,6 +27,7 @@ namespace fp4gap::decode {
 namespace {
 
 using test::gpu;
+using test::output_as_float;
 
 std::string repro(const std::string& what, std::uint64_t seed) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
@@ -120,26 +121,12 @@ struct DeviceCase {
   }
 };
 
-std::vector<float> as_float(const std::vector<std::uint8_t>& raw, OutputType t) {
-  const std::size_t size = static_cast<std::size_t>(output_type_bytes(t));
-  std::vector<float> out(raw.size() / size);
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    if (t == OutputType::f32) {
-      std::memcpy(&out[i], raw.data() + 4 * i, 4);
-    } else {
-      std::uint16_t h;
-      std::memcpy(&h, raw.data() + 2 * i, 2);
-      out[i] = t == OutputType::bf16 ? bf16_to_float(h) : fp16_to_float(h);
-    }
-  }
-  return out;
-}
 
 // Launches the plan and checks the output: within the accumulation bound (random data) or equal
 // to the reference rounded once (exact-grid data).
 void check(const Case& c, const Plan& plan, const Layouts& l, OutputType out, std::uint64_t seed) {
   DeviceCase dc(c, plan, l, out);
-  const std::vector<float> got = as_float(dc.run(plan), out);
+  const std::vector<float> got = output_as_float(dc.run(plan), out);
   std::ostringstream what;
   what << c.label(plan, out) << " weight " << to_string(l.weight_scales) << " scales, activation "
        << to_string(l.activation_scales) << " scales, " << (c.in.distribution == InputDistribution::exact_grid ? "exact grid" : "random");
@@ -283,7 +270,7 @@ TEST(DecodeGemm, RepeatedRunsAreBitwiseEqual) {
       const Plan plan = make_plan(17, 2048, 6144, math, WeightLayout::shuffled, 6, split);
       DeviceCase dc(c, plan, Layouts{}, OutputType::f32);
       const std::vector<std::uint8_t> first = dc.run(plan);
-      const VerifyResult v = verify_gemm_output(as_float(first, OutputType::f32).data(), c.ref, 6144, OutputType::f32);
+      const VerifyResult v = verify_gemm_output(output_as_float(first, OutputType::f32).data(), c.ref, 6144, OutputType::f32);
       ASSERT_TRUE(v.passed) << v.message << " for " << repro(c.label(plan, OutputType::f32), seed);
       for (int r = 0; r < 4; ++r) {
         ASSERT_EQ(dc.run(plan), first) << "run " << r + 2 << " differs: " << repro(c.label(plan, OutputType::f32), seed);
@@ -318,7 +305,7 @@ TEST(DecodeGemm, GraphReplayMatchesTheReference) {
   stream.synchronize();
   CUDA_CHECK(cudaGraphExecDestroy(exec));
   CUDA_CHECK(cudaGraphDestroy(graph));
-  const std::vector<float> got = as_float(dc.d.download(), OutputType::bf16);
+  const std::vector<float> got = output_as_float(dc.d.download(), OutputType::bf16);
   const VerifyResult v = verify_gemm_output(got.data(), c.ref, 6144, OutputType::bf16);
   ASSERT_TRUE(v.passed) << v.message << " for " << repro(c.label(plan, OutputType::bf16), seed);
 }

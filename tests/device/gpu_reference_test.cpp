@@ -25,6 +25,7 @@ namespace fp4gap {
 namespace {
 
 using test::gpu;
+using test::output_as_float;
 
 std::string repro(const std::string& what, std::uint64_t seed) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
@@ -116,20 +117,6 @@ struct DeviceOperand {
   }
 };
 
-std::vector<float> output_as_float(const std::vector<std::uint8_t>& raw, OutputType t) {
-  const std::size_t size = static_cast<std::size_t>(output_type_bytes(t));
-  std::vector<float> out(raw.size() / size);
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    if (t == OutputType::f32) {
-      std::memcpy(&out[i], raw.data() + 4 * i, 4);
-    } else {
-      std::uint16_t h;
-      std::memcpy(&h, raw.data() + 2 * i, 2);
-      out[i] = t == OutputType::bf16 ? bf16_to_float(h) : fp16_to_float(h);
-    }
-  }
-  return out;
-}
 
 // Runs gpu_reference_gemm_device with poisoned (NaN) output and returns it as float.
 std::vector<float> run_device(const HostOperand& a, const HostOperand& b, double alpha, OutputType out) {

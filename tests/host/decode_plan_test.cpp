@@ -8,20 +8,12 @@
 #include <vector>
 
 #include "fp4gap/decode.hpp"
+#include "test_support.hpp"
 
 namespace fp4gap::decode {
 namespace {
 
-DeviceContext h200() {
-  DeviceContext d;
-  d.available = true;
-  d.name = "NVIDIA H200";
-  d.cc_major = 9;
-  d.cc_minor = 0;
-  d.sm_count = 132;
-  d.smem_per_block_optin = 232448;
-  return d;
-}
+using test::h200_context;
 
 void expect_contains(const std::string& text, const std::string& part) {
   EXPECT_NE(text.find(part), std::string::npos) << "\"" << text << "\" lacks \"" << part << "\"";
@@ -39,8 +31,8 @@ TEST(DecodePlan, ConfigsCoverEveryMInIncreasingOrder) {
     EXPECT_EQ(c.warps % c.k_warps, 0);
     EXPECT_EQ(c.smem_bytes(Math::w4a16), std::max(2 * c.max_m() * c.activation_row_bytes(), c.reduction_scratch_bytes()) + 16);
     EXPECT_EQ(c.smem_bytes(Math::w4a4), std::max(c.max_m() * c.activation_row_bytes(), c.reduction_scratch_bytes()) + 16);
-    EXPECT_TRUE(check_tile_config(c, Math::w4a16, h200()).is_ok());
-    EXPECT_TRUE(check_tile_config(c, Math::w4a4, h200()).is_ok());
+    EXPECT_TRUE(check_tile_config(c, Math::w4a16, h200_context()).is_ok());
+    EXPECT_TRUE(check_tile_config(c, Math::w4a4, h200_context()).is_ok());
   }
   EXPECT_EQ(previous, kMaxM);
 }
@@ -57,14 +49,14 @@ TEST(DecodePlan, ConfigNameSaysArchTypesTileAndStages) {
 }
 
 TEST(DecodePlan, InfeasibleConfigsSayWhy) {
-  DeviceContext small = h200();
+  DeviceContext small = h200_context();
   small.smem_per_block_optin = 1000;
   const Status s = check_tile_config(tile_configs()[10], Math::w4a16, small);
   EXPECT_EQ(s.code, StatusCode::not_supported);
   expect_contains(s.reason, "needs " + std::to_string(tile_configs()[10].smem_bytes(Math::w4a16)) +
                                 " bytes of shared memory per block; NVIDIA H200 allows 1000");
   EXPECT_THROW(choose_plan(64, 4096, 6144, Math::w4a16, WeightLayout::shuffled, small), InvalidArgument);
-  DeviceContext old = h200();
+  DeviceContext old = h200_context();
   old.name = "Tesla V100";
   old.cc_major = 7;
   const Status v = check_tile_config(tile_configs()[0], Math::w4a4, old);
@@ -143,7 +135,7 @@ TEST(DecodePlan, ChoosesTilesAndSplitsThatFillTheMachine) {
   struct NK {
     std::int64_t n, k;
   };
-  const DeviceContext dev = h200();
+  const DeviceContext dev = h200_context();
   for (const NK nk : {NK{2048, 6144}, NK{4096, 6144}, NK{6144, 2048}, NK{8192, 8192}}) {
     for (std::int64_t m : {1, 3, 8, 9, 16, 17, 32, 33, 64}) {
       for (Math math : {Math::w4a16, Math::w4a4}) {
@@ -172,12 +164,12 @@ TEST(DecodePlan, ChoosesTilesAndSplitsThatFillTheMachine) {
 }
 
 TEST(DecodePlan, HugeNNeedsNoSplit) {
-  const Plan p = choose_plan(4, 131072, 1024, Math::w4a16, WeightLayout::shuffled, h200());
+  const Plan p = choose_plan(4, 131072, 1024, Math::w4a16, WeightLayout::shuffled, h200_context());
   EXPECT_EQ(p.split_k, 1) << p.describe();
 }
 
 TEST(DecodePlan, ChoiceIsDeterministicAndModelMonotoneInBytes) {
-  const DeviceContext dev = h200();
+  const DeviceContext dev = h200_context();
   const Plan a = choose_plan(7, 4096, 6144, Math::w4a4, WeightLayout::shuffled, dev);
   const Plan b = choose_plan(7, 4096, 6144, Math::w4a4, WeightLayout::shuffled, dev);
   EXPECT_EQ(a.describe(), b.describe());

@@ -9,20 +9,12 @@
 #include <vector>
 
 #include "fp4gap/prefill.hpp"
+#include "test_support.hpp"
 
 namespace fp4gap::prefill {
 namespace {
 
-DeviceContext h200() {
-  DeviceContext d;
-  d.available = true;
-  d.name = "NVIDIA H200";
-  d.cc_major = 9;
-  d.cc_minor = 0;
-  d.sm_count = 132;
-  d.smem_per_block_optin = 232448;  // 227 KB
-  return d;
-}
+using test::h200_context;
 
 TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
   const std::vector<TileConfig>& configs = tile_configs();
@@ -43,10 +35,10 @@ TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
 
 TEST(PrefillConfig, FeasibilityAgainstTheDeviceLimit) {
   for (const TileConfig& c : tile_configs()) {
-    const Status s = check_tile_config(c, h200());
+    const Status s = check_tile_config(c, h200_context());
     EXPECT_TRUE(s.is_ok()) << c.name() << ": " << s.reason;
   }
-  DeviceContext small = h200();
+  DeviceContext small = h200_context();
   small.name = "RTX PRO 6000";
   small.smem_per_block_optin = 101376;
   const Status s = check_tile_config(tile_configs()[0], small);
@@ -90,7 +82,7 @@ TEST(PrefillConfig, MakePlanCountsTilesAndRejectsBadSplits) {
 
 TEST(PrefillPolicy, LargeShapesUseTheWideTileWithoutSplit) {
   for (const auto& [m, n, k] : {std::tuple{4096, 4096, 6144}, std::tuple{4096, 6144, 2048}, std::tuple{8192, 8192, 8192}}) {
-    const Plan p = choose_plan(m, n, k, h200());
+    const Plan p = choose_plan(m, n, k, h200_context());
     EXPECT_EQ(p.config.block_m, 256) << m << "x" << n << "x" << k << ": " << p.describe();
     EXPECT_EQ(p.split_k, 1) << m << "x" << n << "x" << k << ": " << p.describe();
   }
@@ -98,34 +90,34 @@ TEST(PrefillPolicy, LargeShapesUseTheWideTileWithoutSplit) {
 
 TEST(PrefillPolicy, FewTilesAreSplitAlongKIntoOneWave) {
   // M=512, N=2048: 32 tiles of 256x128 for 132 SMs.
-  const Plan p = choose_plan(512, 2048, 6144, h200());
+  const Plan p = choose_plan(512, 2048, 6144, h200_context());
   EXPECT_GT(p.split_k, 1) << p.describe();
   EXPECT_LE(p.ctas(), 132) << p.describe();
   EXPECT_GE(p.ctas(), 100) << p.describe();
 }
 
 TEST(PrefillPolicy, SmallMUsesTheNarrowTile) {
-  const Plan p = choose_plan(1, 4096, 4096, h200());
+  const Plan p = choose_plan(1, 4096, 4096, h200_context());
   EXPECT_EQ(p.config.block_m, 128) << p.describe();
-  const Plan q = choose_plan(128, 4096, 4096, h200());
+  const Plan q = choose_plan(128, 4096, 4096, h200_context());
   EXPECT_EQ(q.config.block_m, 128) << q.describe();
 }
 
 TEST(PrefillPolicy, RespectsClusterOccupancy) {
   // Pretend clusters of more than 2 CTAs cannot run at all, and pairs only 64 at a time.
   const ConcurrentCtas limited = [](const TileConfig&, int split) { return split == 1 ? 132 : split == 2 ? 64 : 0; };
-  const Plan p = choose_plan(512, 2048, 6144, h200(), limited);
+  const Plan p = choose_plan(512, 2048, 6144, h200_context(), limited);
   EXPECT_LE(p.split_k, 2) << p.describe();
   EXPECT_LE(p.ctas(), p.split_k == 1 ? 132 : 64) << p.describe();
 }
 
 TEST(PrefillPolicy, NeverSplitsBeyondTheKBlocks) {
-  const Plan p = choose_plan(128, 128, 128, h200());  // 2 K blocks
+  const Plan p = choose_plan(128, 128, 128, h200_context());  // 2 K blocks
   EXPECT_LE(p.split_k, 2) << p.describe();
 }
 
 TEST(PrefillPolicy, NoFeasibleConfigurationIsAnError) {
-  DeviceContext tiny = h200();
+  DeviceContext tiny = h200_context();
   tiny.smem_per_block_optin = 49152;
   try {
     choose_plan(512, 512, 512, tiny);

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "fp4gap/backend.hpp"
 #include "fp4gap/problem.hpp"
 
 namespace fp4gap::test {
@@ -34,6 +35,18 @@ inline float spec_bf16(std::uint16_t h) {
   float f;
   std::memcpy(&f, &u, sizeof f);
   return f;
+}
+
+// The H200 as CUDA reports it, for host tests of device policy (tile feasibility, split-K).
+inline DeviceContext h200_context() {
+  DeviceContext d;
+  d.available = true;
+  d.name = "NVIDIA H200";
+  d.cc_major = 9;
+  d.cc_minor = 0;
+  d.sm_count = 132;
+  d.smem_per_block_optin = 232448;  // 227 KiB
+  return d;
 }
 
 }  // namespace fp4gap::test

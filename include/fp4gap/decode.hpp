@@ -222,6 +222,17 @@ struct TileConfig {
   int k_warps = 1;            // warps splitting K over the same rows, reduced in shared memory
   int windows_per_chunk = 2;  // 128-column windows per warp per pipeline chunk
   int min_blocks_per_sm = 4;  // __launch_bounds__ minimum: caps registers at 64K / (threads * this)
+  // 0: the register-prefetch kernel (next chunk's weights in registers, activations shared by the
+  // block in two cp.async stages). S >= 2: the streaming kernel, W4A16 with the shuffled weight
+  // only: each lane cp.asyncs its own weight and activation fragments into a ring of S windows
+  // private to its warp (windows_per_chunk is 1).
+  int stages = 0;
+  bool streaming() const { return stages > 0; }
+  bool serves(Math math, WeightLayout layout) const {
+    return !streaming() || (math == Math::w4a16 && layout == WeightLayout::shuffled);
+  }
+  // Streaming: bytes of one ring slot (weights of mt tiles, B fragments of nt activation tiles).
+  std::int64_t stream_slot_bytes() const;
 
   int row_groups() const { return warps / k_warps; }
   int rows_per_block() const { return row_groups() * mt * kTileRows; }
@@ -234,8 +245,8 @@ struct TileConfig {
   // rows do too (docs/KERNELS-decode.md).
   std::int64_t activation_row_bytes() const;
   // Dynamic shared memory: two activation stages (w4a16, cp.async ring) or one FP16 activation
-  // buffer (w4a4, filled from registers), reused after the loop for the k_warps reduction, and
-  // the split-K flag.
+  // buffer (w4a4, filled from registers), or the warps' rings (streaming), reused after the loop
+  // for the k_warps reduction, and the split-K flag.
   std::int64_t smem_bytes(Math math) const;
   std::int64_t reduction_scratch_bytes() const;  // accumulators of the warps with k part > 0
   // e.g. "sm80+ mma.sync w4a16 bf16 x nvfp4(shuffled) -> bf16 mma tile n64 m8 k256, 4 warps x 1 m16, 2 stages"
@@ -283,7 +294,8 @@ FP4GAP_HD constexpr ChunkRange split_chunk_range(std::int64_t k_chunks, int spli
 }
 
 // A plan for an explicit configuration and split; throws InvalidArgument on a bad shape, a
-// config_index outside the list, M above the config's max_m, or split_k outside [1, k_chunks].
+// config_index outside the list, M above the config's max_m, a streaming config for W4A4 or the
+// plain layout, or split_k outside [1, k_chunks].
 Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, Math math, WeightLayout layout, int config_index,
                int split_k);
 

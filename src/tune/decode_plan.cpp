@@ -24,7 +24,14 @@ std::int64_t TileConfig::reduction_scratch_bytes() const {
   return static_cast<std::int64_t>(warps - row_groups()) * mt * nt * 4 * 32 * 4;
 }
 
+std::int64_t TileConfig::stream_slot_bytes() const {
+  return static_cast<std::int64_t>(mt) * (kWindowCodeBytes + kWindowScaleBytes) + static_cast<std::int64_t>(nt) * 4 * 32 * 16;
+}
+
 std::int64_t TileConfig::smem_bytes(Math math) const {
+  if (streaming()) {
+    return std::max(static_cast<std::int64_t>(warps) * stages * stream_slot_bytes(), reduction_scratch_bytes()) + 16;
+  }
   const std::int64_t buffer = static_cast<std::int64_t>(max_m()) * activation_row_bytes();
   const std::int64_t buffers = math == Math::w4a16 ? 2 : 1;
   return std::max(buffers * buffer, reduction_scratch_bytes()) + 16;  // + the split-K "last block" flag
@@ -37,7 +44,12 @@ std::string TileConfig::name(Math math, WeightLayout layout) const {
      << (math == Math::w4a16 ? "bf16 mma" : "fp16 mma") << " tile n" << rows_per_block() << " m" << max_m()
      << " k" << chunk_k() << ", " << warps << " warps";
   if (k_warps > 1) os << " (" << row_groups() << " x " << k_warps << " k-split)";
-  os << " x " << mt << " m16, " << (math == Math::w4a16 ? "2 stages" : "1 stage + register prefetch");
+  os << " x " << mt << " m16, ";
+  if (streaming()) {
+    os << stages << "-window cp.async ring per warp";
+  } else {
+    os << (math == Math::w4a16 ? "2 stages" : "1 stage + register prefetch");
+  }
   return os.str();
 }
 
@@ -57,6 +69,15 @@ const std::vector<TileConfig>& tile_configs() {
       {2, 4, 4, 1, 1, 2},  // M <= 32: 2 m16 tiles per warp halve the shared-memory activation reads
       {2, 8, 4, 1, 1, 2},  // M <= 64: 128 rows
       {2, 8, 8, 1, 1, 1},  // M <= 64: 256 rows keep activation L2 reads below the weight bytes
+      // Streaming (W4A16, shuffled): mt, nt, warps, k_warps, 1, min blocks, ring windows.
+      {1, 1, 8, 8, 1, 2, 4},  // M <= 8:  16 rows x 8 k parts, 2 x 8 warps x 3 windows ahead per SM
+      {2, 1, 8, 8, 1, 2, 3},  // M <= 8:  32 rows x 8 k parts
+      {1, 1, 4, 4, 1, 4, 4},  // M <= 8:  16 rows x 4 k parts, 4 blocks per SM
+      {1, 2, 4, 4, 1, 3, 3},  // M <= 16: 16 rows x 4 k parts
+      {2, 2, 4, 4, 1, 2, 3},  // M <= 16: 32 rows: half the activation reads per weight byte
+      {4, 2, 4, 4, 1, 2, 3},  // M <= 16: 64 rows
+      {2, 4, 4, 4, 1, 2, 2},  // M <= 32: 32 rows
+      {4, 4, 4, 4, 1, 2, 2},  // M <= 32: 64 rows
   };
   return configs;
 }
@@ -143,6 +164,12 @@ Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, Math math, Weight
   p.k = k;
   p.config_index = config_index;
   p.config = configs[static_cast<std::size_t>(config_index)];
+  if (!p.config.serves(math, layout)) {
+    std::ostringstream os;
+    os << p.config.name(math, layout) << " streams bf16 activations and the shuffled weight only: config_index = "
+       << config_index;
+    throw InvalidArgument(os.str());
+  }
   if (m > p.config.max_m()) {
     std::ostringstream os;
     os << "M > " << p.config.max_m() << " for " << p.config.name(math, layout) << ": M = " << m;
@@ -172,6 +199,11 @@ constexpr double kMmaFlopsPerUs = 5.0e8;       // mma.sync BF16/FP16 with dequan
 constexpr double kWarpsForFullBandwidth = 8.0; // resident warps an SM needs to draw its share
 constexpr double kReductionUs = 0.8;           // fence, counter round trip, last block's latency
 constexpr double kWeightBytesPerValue = 0.5 + 1.0 / kBlockSize;
+// Streaming kernel: the weight bytes an SM must have in flight to draw its share of HBM
+// bandwidth (latency ~1.2 us x 34 GB/s per SM), and the issue cost of one warp window.
+constexpr double kStreamBytesInFlightPerSm = 40e3;
+constexpr double kIssuePerSmPerUs = 4 * 0.6 * 1.9e3;  // 4 schedulers, ~0.6 IPC each, 1.9 GHz
+double stream_window_instructions(const TileConfig& c) { return c.mt * 150.0 + c.mt * c.nt * 16.0 + c.nt * 8.0 + 20.0; }
 
 }  // namespace
 
@@ -218,11 +250,23 @@ double estimate_plan_us(const Plan& p, const DeviceContext& device) {
                                   : c.min_blocks_per_sm;
   const double resident = std::max(1.0, std::min({static_cast<double>(c.min_blocks_per_sm), smem_limited,
                                                   std::ceil(blocks_per_sm)}));
-  const double efficiency = std::min(1.0, resident * c.warps / kWarpsForFullBandwidth);
-  const double memory_us = chunks * chunk_hbm_bytes / (kMemoryBytesPerUs / sms) / efficiency;
-  const double l2_us = (chunks * chunk_l2_bytes + 2 * std::ceil(blocks_per_sm) * partial_bytes) / (kL2BytesPerUs / sms);
-  const double mma_us = chunks * chunk_flops / (kMmaFlopsPerUs / sms);
-  double us = std::max({memory_us, l2_us, mma_us});
+  double us = 0.0;
+  if (c.streaming()) {
+    // Every warp copies its own activation rows (L1 may serve the other row groups: not counted).
+    const double in_flight = resident * c.warps * (c.stages - 1) * c.mt * (kWindowCodeBytes + kWindowScaleBytes);
+    const double efficiency = std::min(1.0, in_flight / kStreamBytesInFlightPerSm);
+    const double memory_us = chunks * chunk_hbm_bytes / (kMemoryBytesPerUs / sms) / efficiency;
+    const double act_bytes = c.row_groups() * std::min<double>(static_cast<double>(p.m), m_pad) * chunk_cols * 2;
+    const double l2_us = (chunks * act_bytes + 2 * std::ceil(blocks_per_sm) * partial_bytes) / (kL2BytesPerUs / sms);
+    const double issue_us = chunks * c.warps * stream_window_instructions(c) / kIssuePerSmPerUs;
+    us = std::max({memory_us, l2_us, issue_us});
+  } else {
+    const double efficiency = std::min(1.0, resident * c.warps / kWarpsForFullBandwidth);
+    const double memory_us = chunks * chunk_hbm_bytes / (kMemoryBytesPerUs / sms) / efficiency;
+    const double l2_us = (chunks * chunk_l2_bytes + 2 * std::ceil(blocks_per_sm) * partial_bytes) / (kL2BytesPerUs / sms);
+    const double mma_us = chunks * chunk_flops / (kMmaFlopsPerUs / sms);
+    us = std::max({memory_us, l2_us, mma_us});
+  }
   // The tail: the last block of each row block reads every split's partial tile alone.
   if (p.split_k > 1) us += kReductionUs + p.split_k * partial_bytes / kL2BytesPerUsOneSm;
   return us;
@@ -244,7 +288,7 @@ Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, Math math, Weig
   std::string infeasible;
   for (int i = 0; i < static_cast<int>(configs.size()); ++i) {
     const TileConfig& c = configs[static_cast<std::size_t>(i)];
-    if (c.max_m() != tile_m) continue;
+    if (c.max_m() != tile_m || !c.serves(math, layout)) continue;
     const Status fits = check_tile_config(c, math, device);
     if (!fits.is_ok()) {
       infeasible = fits.reason;

@@ -222,11 +222,13 @@ TEST(DecodeGemm, ExactGridIsBitExactForEveryConfigAndSplit) {
       ++seed;
       const Case c(math, s.m, s.n, s.k, seed, InputDistribution::exact_grid);
       for (int ci = 0; ci < static_cast<int>(tile_configs().size()); ++ci) {
-        if (tile_configs()[static_cast<std::size_t>(ci)].max_m() < s.m) continue;
+        const TileConfig& config = tile_configs()[static_cast<std::size_t>(ci)];
+        if (config.max_m() < s.m || !config.serves(math, WeightLayout::shuffled)) continue;
         const Plan one = make_plan(s.m, s.n, s.k, math, WeightLayout::shuffled, ci, 1);
         for (int split : {1, 2, 3, static_cast<int>(one.k_chunks)}) {
           if (split > one.k_chunks) continue;
           for (WeightLayout wl : {WeightLayout::plain, WeightLayout::shuffled}) {
+            if (!config.serves(math, wl)) continue;
             const Plan plan = make_plan(s.m, s.n, s.k, math, wl, ci, split);
             check(c, plan, Layouts{wl, ScaleLayout::swizzled_128x4, ScaleLayout::linear}, kOutputs[split % 3], seed);
             if (HasFatalFailure()) return;
@@ -245,7 +247,8 @@ TEST(DecodeGemm, ForcedSplitsMatchTheReference) {
     ++seed;
     const Case c(math, 16, 2048, 6144, seed, InputDistribution::random);
     for (int ci = 0; ci < static_cast<int>(tile_configs().size()); ++ci) {
-      if (tile_configs()[static_cast<std::size_t>(ci)].max_m() < 16) continue;
+      const TileConfig& config = tile_configs()[static_cast<std::size_t>(ci)];
+      if (config.max_m() < 16 || !config.serves(math, WeightLayout::shuffled)) continue;
       const Plan one = make_plan(16, 2048, 6144, math, WeightLayout::shuffled, ci, 1);
       for (int split : {1, 5, 8, static_cast<int>(one.k_chunks)}) {
         if (split > one.k_chunks) continue;
@@ -259,15 +262,22 @@ TEST(DecodeGemm, ForcedSplitsMatchTheReference) {
 
 // The same launch repeated (poisoned in between) gives the same bytes: the split-K counters are
 // left at zero by every launch and the reduction orders (k parts, splits) are fixed. Config 6
-// splits K over 2 warps per row group as well.
+// splits K over 2 warps per row group as well; W4A16 also runs the first streaming config that
+// holds M = 17 (k parts in every warp).
 TEST(DecodeGemm, RepeatedRunsAreBitwiseEqual) {
   REQUIRE_GPU();
   std::uint64_t seed = 600;
-  for (Math math : {Math::w4a16, Math::w4a4}) {
+  int streaming = -1;
+  for (int ci = 0; ci < static_cast<int>(tile_configs().size()) && streaming < 0; ++ci) {
+    const TileConfig& config = tile_configs()[static_cast<std::size_t>(ci)];
+    if (config.streaming() && config.max_m() >= 17) streaming = ci;
+  }
+  ASSERT_GE(streaming, 0) << "no streaming config holds M = 17";
+  for (auto [math, ci] : {std::pair{Math::w4a16, 6}, std::pair{Math::w4a4, 6}, std::pair{Math::w4a16, streaming}}) {
     ++seed;
     const Case c(math, 17, 2048, 6144, seed, InputDistribution::random);
     for (int split : {1, 7}) {
-      const Plan plan = make_plan(17, 2048, 6144, math, WeightLayout::shuffled, 6, split);
+      const Plan plan = make_plan(17, 2048, 6144, math, WeightLayout::shuffled, ci, split);
       DeviceCase dc(c, plan, Layouts{}, OutputType::f32);
       const std::vector<std::uint8_t> first = dc.run(plan);
       const VerifyResult v = verify_gemm_output(output_as_float(first, OutputType::f32).data(), c.ref, 6144, OutputType::f32);
@@ -425,7 +435,8 @@ TEST(DecodeGemm, DISABLED_SweepConfigsAndSplits) {
                     std::string(to_string(math)).c_str(), static_cast<long long>(m), static_cast<long long>(s.n),
                     static_cast<long long>(s.k), floor_us, sets, chosen.describe().c_str());
         for (int ci = 0; ci < static_cast<int>(tile_configs().size()); ++ci) {
-          if (tile_configs()[static_cast<std::size_t>(ci)].max_m() < m) continue;
+          const TileConfig& config = tile_configs()[static_cast<std::size_t>(ci)];
+          if (config.max_m() < m || !config.serves(math, WeightLayout::shuffled)) continue;
           const Plan one = make_plan(m, s.n, s.k, math, WeightLayout::shuffled, ci, 1);
           for (std::int64_t split = 1; split <= one.k_chunks; split = split < 4 ? split + 1 : split * 3 / 2) {
             const Plan plan = make_plan(m, s.n, s.k, math, WeightLayout::shuffled, ci, static_cast<int>(split));

@@ -22,19 +22,35 @@ void expect_contains(const std::string& text, const std::string& part) {
 TEST(DecodePlan, ConfigsCoverEveryMInIncreasingOrder) {
   const auto& configs = tile_configs();
   ASSERT_FALSE(configs.empty());
-  int previous = 0;
+  int previous = 0, previous_streaming = 0;
   for (const TileConfig& c : configs) {
+    EXPECT_EQ(c.warps % c.k_warps, 0);
+    EXPECT_TRUE(check_tile_config(c, Math::w4a16, h200_context()).is_ok()) << c.name(Math::w4a16, WeightLayout::shuffled);
+    if (c.streaming()) {
+      // Streaming configs follow the register-prefetch ones, in increasing M too.
+      EXPECT_EQ(previous, kMaxM);
+      EXPECT_GE(c.max_m(), previous_streaming);
+      previous_streaming = c.max_m();
+      EXPECT_EQ(c.windows_per_chunk, 1);
+      EXPECT_GE(c.stages, 2);
+      EXPECT_EQ(c.stream_slot_bytes(), c.mt * 1152 + c.nt * 2048);
+      EXPECT_EQ(c.smem_bytes(Math::w4a16), std::max<std::int64_t>(c.warps * c.stages * c.stream_slot_bytes(), c.reduction_scratch_bytes()) + 16);
+      EXPECT_TRUE(c.serves(Math::w4a16, WeightLayout::shuffled));
+      EXPECT_FALSE(c.serves(Math::w4a16, WeightLayout::plain));
+      EXPECT_FALSE(c.serves(Math::w4a4, WeightLayout::shuffled));
+      continue;
+    }
     EXPECT_GE(c.max_m(), previous);
     previous = c.max_m();
     EXPECT_EQ(c.activation_row_bytes() % 128, 64) << c.name(Math::w4a16, WeightLayout::shuffled);
     EXPECT_GE(c.activation_row_bytes(), c.windows_per_block_chunk() * 4 * 80);
-    EXPECT_EQ(c.warps % c.k_warps, 0);
     EXPECT_EQ(c.smem_bytes(Math::w4a16), std::max(2 * c.max_m() * c.activation_row_bytes(), c.reduction_scratch_bytes()) + 16);
     EXPECT_EQ(c.smem_bytes(Math::w4a4), std::max(c.max_m() * c.activation_row_bytes(), c.reduction_scratch_bytes()) + 16);
-    EXPECT_TRUE(check_tile_config(c, Math::w4a16, h200_context()).is_ok());
     EXPECT_TRUE(check_tile_config(c, Math::w4a4, h200_context()).is_ok());
+    EXPECT_TRUE(c.serves(Math::w4a4, WeightLayout::plain));
   }
   EXPECT_EQ(previous, kMaxM);
+  EXPECT_GT(previous_streaming, 0);
 }
 
 TEST(DecodePlan, ConfigNameSaysArchTypesTileAndStages) {
@@ -89,6 +105,20 @@ TEST(DecodePlan, MakePlanRejectsBadChoices) {
   } catch (const InvalidArgument& e) {
     expect_contains(e.what(), "split_k outside [1, 24] (chunks of 256 in K = 6144): split_k = 25");
   }
+  const auto& configs = tile_configs();
+  const auto streaming = std::find_if(configs.begin(), configs.end(), [](const TileConfig& c) { return c.streaming(); });
+  ASSERT_NE(streaming, configs.end());
+  const int si = static_cast<int>(streaming - configs.begin());
+  EXPECT_NO_THROW(make_plan(1, 64, 256, Math::w4a16, WeightLayout::shuffled, si, 1));
+  for (auto [math, layout] : {std::pair{Math::w4a4, WeightLayout::shuffled}, std::pair{Math::w4a16, WeightLayout::plain}}) {
+    try {
+      make_plan(1, 64, 256, math, layout, si, 1);
+      FAIL() << "a streaming config accepted " << to_string(math) << " " << to_string(layout);
+    } catch (const InvalidArgument& e) {
+      expect_contains(e.what(), "streams bf16 activations and the shuffled weight only");
+    }
+  }
+  expect_contains(streaming->name(Math::w4a16, WeightLayout::shuffled), "-window cp.async ring per warp");
   const Plan p = make_plan(1, 100, 6176, Math::w4a16, WeightLayout::plain, 2, 25);
   EXPECT_EQ(p.row_blocks, 2);
   EXPECT_EQ(p.k_windows, 49);

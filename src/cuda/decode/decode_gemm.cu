@@ -36,14 +36,25 @@ constexpr Instantiation instantiate() {
             &decode_gemm_kernel<Math::w4a4, WeightLayout::shuffled, MT, NT, WARPS, WK, G, MIN_BLOCKS>}}};
 }
 
+// The streaming kernel exists for W4A16 with the shuffled weight only (TileConfig::serves).
+template <int MT, int NT, int WARPS, int WK, int MIN_BLOCKS, int S>
+constexpr Instantiation instantiate_streaming() {
+  return {TileConfig{MT, NT, WARPS, WK, 1, MIN_BLOCKS, S},
+          {{nullptr, &device::decode_stream_kernel<MT, NT, WARPS, WK, S, MIN_BLOCKS>}, {nullptr, nullptr}}};
+}
+
 // Same order as tile_configs() (src/tune/decode_plan.cpp); checked at first use.
-const std::array<Instantiation, 11>& instantiations() {
-  static const std::array<Instantiation, 11> list = {
+const std::array<Instantiation, 19>& instantiations() {
+  static const std::array<Instantiation, 19> list = {
       instantiate<1, 1, 8, 8, 2, 2>(), instantiate<1, 1, 8, 4, 2, 2>(), instantiate<1, 1, 4, 1, 2, 4>(),
       instantiate<1, 2, 8, 8, 1, 2>(), instantiate<1, 2, 8, 4, 2, 2, 1>(), instantiate<1, 2, 4, 1, 2, 4>(),
       instantiate<1, 4, 8, 2, 2, 2, 1>(),
       instantiate<1, 4, 4, 1, 2, 3>(), instantiate<2, 4, 4, 1, 1, 2>(), instantiate<2, 8, 4, 1, 1, 2>(),
       instantiate<2, 8, 8, 1, 1, 1>(),
+      instantiate_streaming<1, 1, 8, 8, 2, 4>(), instantiate_streaming<2, 1, 8, 8, 2, 3>(),
+      instantiate_streaming<1, 1, 4, 4, 4, 4>(), instantiate_streaming<1, 2, 4, 4, 3, 3>(),
+      instantiate_streaming<2, 2, 4, 4, 2, 3>(), instantiate_streaming<4, 2, 4, 4, 2, 3>(),
+      instantiate_streaming<2, 4, 4, 4, 2, 2>(), instantiate_streaming<4, 4, 4, 4, 2, 2>(),
   };
   static const bool checked = [] {
     const auto& configs = tile_configs();
@@ -53,6 +64,7 @@ const std::array<Instantiation, 11>& instantiations() {
       const TileConfig& b = list[i].config;
       same = a.mt == b.mt && a.nt == b.nt && a.warps == b.warps && a.k_warps == b.k_warps &&
              a.windows_per_chunk == b.windows_per_chunk && a.min_blocks_per_sm == b.min_blocks_per_sm &&
+             a.stages == b.stages &&
              a.activation_row_bytes() == device::activation_row_bytes(b.windows_per_block_chunk());
     }
     if (!same) throw std::logic_error("decode: tile_configs() and the kernel instantiations differ");
@@ -67,8 +79,12 @@ Kernel kernel_of(const Plan& plan) {
   if (plan.config_index < 0 || plan.config_index >= static_cast<int>(list.size())) {
     throw InvalidArgument("decode: config_index outside the instantiations: " + std::to_string(plan.config_index));
   }
-  return list[static_cast<std::size_t>(plan.config_index)]
-      .kernels[plan.math == Math::w4a16 ? 0 : 1][plan.layout == WeightLayout::plain ? 0 : 1];
+  const Kernel kernel = list[static_cast<std::size_t>(plan.config_index)]
+                            .kernels[plan.math == Math::w4a16 ? 0 : 1][plan.layout == WeightLayout::plain ? 0 : 1];
+  if (kernel == nullptr) {
+    throw InvalidArgument("decode: " + plan.config.name(plan.math, plan.layout) + " has no kernel for this math and layout");
+  }
+  return kernel;
 }
 
 }  // namespace

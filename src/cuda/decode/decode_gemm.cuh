@@ -61,12 +61,22 @@ __device__ __forceinline__ std::uint32_t load_u16(const void* p) {
 __device__ __forceinline__ void cp_async_16(void* smem, const void* global, bool valid) {
   const auto s = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem));
   // src-size 0 writes 16 zero bytes without reading.
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(global), "r"(valid ? 16 : 0));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(global), "r"(valid ? 16 : 0) : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+// L1-allocating variants: the activation window a warp copies is read by the warps of the other
+// row groups of the block (same k part) shortly after.
+__device__ __forceinline__ void cp_async_ca_16(void* smem, const void* global, bool valid) {
+  const auto s = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(global), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_ca_4(void* smem, const void* global) {
+  const auto s = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(global) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N));
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
 template <Math M>
@@ -229,58 +239,66 @@ struct Tile {
 #pragma unroll
     for (int wi = 0; wi < G; ++wi) {
       if (window_of(chunk, wi) >= p.k_windows) break;  // uniform per warp: the last chunk may be short
+      // Activation row 8j + g, columns 32t + 8 * pair .. +7 of the window: both steps' B
+      // fragments in one 16-byte shared load.
+      compute_window(r, wi, [&](int j, int pair) {
+        return *reinterpret_cast<const uint4*>(act + (j * 8 + g) * kRowBytes + ((k_part * G + wi) * 4 + t) * 80 + pair * 16);
+      }, acc);
+    }
+  }
+
+  // Window wi of the registers: 8 mma steps of k16 per m16 x n8 tile. b_of(j, pair) returns the
+  // B fragments of steps 2 * pair and 2 * pair + 1 for activation tile j (x, y: the first step).
+  template <class BFragments>
+  __device__ void compute_window(const WeightRegs<MT, G>& r, int wi, const BFragments& b_of, float (&acc)[MT][NT][4]) const {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {  // steps 4h .. 4h+3 use scale block 2t + h
-        std::uint32_t scale[MT][2];  // rows g, g + 8
+    for (int h = 0; h < 2; ++h) {  // steps 4h .. 4h+3 use scale block 2t + h
+      std::uint32_t scale[MT][2];  // rows g, g + 8
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        if constexpr (L == WeightLayout::shuffled) {
+          scale[mt][0] = scale_pair<M>(r.scales[wi][mt], 2 * h);
+          scale[mt][1] = scale_pair<M>(r.scales[wi][mt], 2 * h + 1);
+        } else {
+          scale[mt][0] = scale_pair_from_e4m3<M>((r.scales[wi][mt] >> (8 * h)) & 0xFFu);
+          scale[mt][1] = scale_pair_from_e4m3<M>((r.scales[wi][mt] >> (16 + 8 * h)) & 0xFFu);
+        }
+      }
+#pragma unroll
+      for (int sp = 0; sp < 2; ++sp) {
+        const int pair = 2 * h + sp;  // steps 2 * pair and 2 * pair + 1
+        std::uint32_t frag[MT][2][4];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           if constexpr (L == WeightLayout::shuffled) {
-            scale[mt][0] = scale_pair<M>(r.scales[wi][mt], 2 * h);
-            scale[mt][1] = scale_pair<M>(r.scales[wi][mt], 2 * h + 1);
+#pragma unroll
+            for (int q = 0; q < 2; ++q) {
+              const int step = 2 * pair + q;
+              std::uint32_t v[4];
+              unpack_shuffled_word<M>(component(r.codes[wi][mt][step / 4], step % 4), v);
+#pragma unroll
+              for (int j = 0; j < 4; ++j) frag[mt][q][j] = multiply_pair<M>(v[j], scale[mt][j & 1]);
+            }
           } else {
-            scale[mt][0] = scale_pair_from_e4m3<M>((r.scales[wi][mt] >> (8 * h)) & 0xFFu);
-            scale[mt][1] = scale_pair_from_e4m3<M>((r.scales[wi][mt] >> (16 + 8 * h)) & 0xFFu);
+            // Word `pair` of each row's 16 bytes: bytes 0, 1 are step 2*pair's column pairs
+            // (k0, k0+1), (k0+2, k0+3); bytes 2, 3 the next step's.
+            const std::uint32_t lo = component(r.codes[wi][mt][0], pair), hi = component(r.codes[wi][mt][1], pair);
+#pragma unroll
+            for (int q = 0; q < 2; ++q) {
+              frag[mt][q][0] = multiply_pair<M>(unpack_plain_byte<M>(lo, 2 * q), scale[mt][0]);
+              frag[mt][q][1] = multiply_pair<M>(unpack_plain_byte<M>(hi, 2 * q), scale[mt][1]);
+              frag[mt][q][2] = multiply_pair<M>(unpack_plain_byte<M>(lo, 2 * q + 1), scale[mt][0]);
+              frag[mt][q][3] = multiply_pair<M>(unpack_plain_byte<M>(hi, 2 * q + 1), scale[mt][1]);
+            }
           }
         }
 #pragma unroll
-        for (int sp = 0; sp < 2; ++sp) {
-          const int pair = 2 * h + sp;  // steps 2 * pair and 2 * pair + 1
-          std::uint32_t frag[MT][2][4];
+        for (int j = 0; j < NT; ++j) {
+          const uint4 b = b_of(j, pair);
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
-            if constexpr (L == WeightLayout::shuffled) {
-#pragma unroll
-              for (int q = 0; q < 2; ++q) {
-                const int step = 2 * pair + q;
-                std::uint32_t v[4];
-                unpack_shuffled_word<M>(component(r.codes[wi][mt][step / 4], step % 4), v);
-#pragma unroll
-                for (int j = 0; j < 4; ++j) frag[mt][q][j] = multiply_pair<M>(v[j], scale[mt][j & 1]);
-              }
-            } else {
-              // Word `pair` of each row's 16 bytes: bytes 0, 1 are step 2*pair's column pairs
-              // (k0, k0+1), (k0+2, k0+3); bytes 2, 3 the next step's.
-              const std::uint32_t lo = component(r.codes[wi][mt][0], pair), hi = component(r.codes[wi][mt][1], pair);
-#pragma unroll
-              for (int q = 0; q < 2; ++q) {
-                frag[mt][q][0] = multiply_pair<M>(unpack_plain_byte<M>(lo, 2 * q), scale[mt][0]);
-                frag[mt][q][1] = multiply_pair<M>(unpack_plain_byte<M>(hi, 2 * q), scale[mt][1]);
-                frag[mt][q][2] = multiply_pair<M>(unpack_plain_byte<M>(lo, 2 * q + 1), scale[mt][0]);
-                frag[mt][q][3] = multiply_pair<M>(unpack_plain_byte<M>(hi, 2 * q + 1), scale[mt][1]);
-              }
-            }
-          }
-#pragma unroll
-          for (int j = 0; j < NT; ++j) {
-            // Activation row 8j + g, columns 32t + 8 * pair .. +7 of the window: both steps' B
-            // fragments in one 16-byte shared load.
-            const uint4 b = *reinterpret_cast<const uint4*>(act + (j * 8 + g) * kRowBytes +
-                                                            ((k_part * G + wi) * 4 + t) * 80 + pair * 16);
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-              mma_16816<M>(acc[mt][j], frag[mt][0], b.x, b.y);
-              mma_16816<M>(acc[mt][j], frag[mt][1], b.z, b.w);
-            }
+            mma_16816<M>(acc[mt][j], frag[mt][0], b.x, b.y);
+            mma_16816<M>(acc[mt][j], frag[mt][1], b.z, b.w);
           }
         }
       }
@@ -344,7 +362,7 @@ struct Tile {
   // Split-K: every block stores its partial tile (k part 0 warps); the last block to arrive at the
   // row block's counter adds all splits in split order (bitwise repeatable). Every thread of the
   // block calls it (barriers); returns whether this thread's warp writes the output.
-  __device__ bool reduce_partials(float (&acc)[MT][NT][4]) const {
+  __device__ bool reduce_partials(float (&acc)[MT][NT][4], int* last_flag) const {
     auto* ws = reinterpret_cast<float4*>(p.partials);
     const std::int64_t slots_per_split = static_cast<std::int64_t>(gridDim.x) * kRowGroups;
     const std::int64_t base_slot = static_cast<std::int64_t>(blockIdx.x) * kRowGroups + row_group;
@@ -361,7 +379,6 @@ struct Tile {
     }
     __threadfence();
     __syncthreads();
-    auto* last_flag = reinterpret_cast<int*>(smem + kFlagOffset);
     if (threadIdx.x == 0) {
       const unsigned int arrived = atomicAdd(&p.counters[blockIdx.x], 1u);
       const bool last = arrived == static_cast<unsigned int>(p.split_k - 1);
@@ -447,7 +464,117 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_gemm_kernel(con
 
   if constexpr (WK > 1) tile.reduce_k_parts(acc);
   if (p.split_k > 1) {
-    if (!tile.reduce_partials(acc)) return;
+    if (!tile.reduce_partials(acc, reinterpret_cast<int*>(smem + T::kFlagOffset))) return;
+  } else if (tile.k_part != 0) {
+    return;
+  }
+  tile.store_output(acc);
+}
+
+// ---- The streaming kernel (TileConfig::stages > 0, W4A16, shuffled weight) ----
+//
+// v1 above holds the next chunk's weights in registers: about one chunk in flight per warp, and
+// with the registers that takes, 8-16 warps per SM. Nsight Compute on the H200 (PERF-LOG run 5)
+// showed it latency-bound: 0.9 TB/s, 2 warps per scheduler, 0.4 eligible. Here every lane copies
+// with cp.async exactly the bytes it will read itself (its 2 x 16 code bytes and scale word per
+// m16 tile, and the B fragments of its activation row per n8 tile) into a ring of S window slots
+// private to its warp, S - 1 windows ahead. A lane waits only for its own copies, so the main
+// loop has no barrier, and the bytes in flight are set by the ring, not by the register file.
+// Warp (row group, k part) takes window c * WK + k part for every chunk c of its split.
+template <int MT, int NT>
+struct StreamSlot {
+  static constexpr int kWeightBytes = MT * (kWindowCodeBytes + kWindowScaleBytes);
+  // Per n8 tile, 4 pieces (steps 2q, 2q + 1) x 32 lanes x 16 bytes: each LDS.128 is contiguous.
+  static constexpr int kBytes = kWeightBytes + NT * 4 * 32 * 16;
+};
+
+template <int MT, int NT, int WARPS, int WK, int S, int MIN_BLOCKS>
+__global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_stream_kernel(const Params p) {
+  using T = Tile<Math::w4a16, WeightLayout::shuffled, MT, NT, WARPS, WK, 1>;
+  using Slot = StreamSlot<MT, NT>;
+  constexpr int kRingBytes = WARPS * S * Slot::kBytes;
+  constexpr int kFlagOffset = kRingBytes > T::kScratchBytes ? kRingBytes : T::kScratchBytes;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const T tile(p, smem);
+  const ChunkRange range = split_chunk_range(p.k_chunks, p.split_k, static_cast<int>(blockIdx.y));
+  unsigned char* const ring = smem + tile.warp * S * Slot::kBytes;
+  const auto* a = static_cast<const std::uint16_t*>(p.a);
+  const int lane = tile.lane;
+
+  // Slots of tiles past N and activation rows >= M are not written: what they hold reaches only
+  // output rows >= N and columns >= M, which are never stored. Columns past K are zero-filled
+  // (their weight codes are zero, and 0 * Inf would be NaN).
+  auto issue = [&](std::int64_t c, int slot) {
+    const std::int64_t window = tile.window_of(c, 0);
+    if (c < range.end && window < p.k_windows) {
+      unsigned char* s = ring + slot * Slot::kBytes;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const std::int64_t tile_index = tile.warp_row0 / kTileRows + mt;
+        if (tile_index < p.n_tiles) {
+          const std::int64_t w = shuffled_window_index(tile_index, window, p.k_windows);
+          unsigned char* d = s + mt * (kWindowCodeBytes + kWindowScaleBytes);
+          cp_async_16(d + lane * 16, p.w_codes + w * kWindowCodeBytes + lane * 16, true);
+          cp_async_16(d + 512 + lane * 16, p.w_codes + w * kWindowCodeBytes + 512 + lane * 16, true);
+          cp_async_ca_4(d + kWindowCodeBytes + lane * 4, p.w_scales + w * kWindowScaleBytes + lane * 4);
+        }
+      }
+      const std::int64_t col0 = window * kWindowK + 32 * tile.t;
+      const bool valid = col0 < p.k;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const std::int64_t row = 8 * j + tile.g;
+        if (row < p.m) {
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            cp_async_ca_16(s + Slot::kWeightBytes + (j * 4 + q) * 512 + lane * 16, valid ? a + row * p.k + col0 + 8 * q : a,
+                           valid);
+          }
+        }
+      }
+    }
+    cp_async_commit();  // also when empty: the group count stays uniform for cp_async_wait
+  };
+
+  float acc[MT][NT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][j][e] = 0.0f;
+    }
+  }
+
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) issue(range.begin + s, s);
+  int slot = 0;
+  for (std::int64_t c = range.begin; c < range.end; ++c) {
+    // The slot refilled here was read in the previous iteration, whose mma consumed those loads.
+    issue(c + S - 1, slot == 0 ? S - 1 : slot - 1);
+    cp_async_wait<S - 1>();
+    if (tile.window_of(c, 0) < p.k_windows) {  // uniform per warp
+      const unsigned char* s = ring + slot * Slot::kBytes;
+      WeightRegs<MT, 1> r;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const unsigned char* w = s + mt * (kWindowCodeBytes + kWindowScaleBytes);
+        r.codes[0][mt][0] = *reinterpret_cast<const uint4*>(w + lane * 16);
+        r.codes[0][mt][1] = *reinterpret_cast<const uint4*>(w + 512 + lane * 16);
+        r.scales[0][mt] = *reinterpret_cast<const std::uint32_t*>(w + kWindowCodeBytes + lane * 4);
+      }
+      tile.compute_window(r, 0, [&](int j, int pair) {
+        return *reinterpret_cast<const uint4*>(s + Slot::kWeightBytes + (j * 4 + pair) * 512 + lane * 16);
+      }, acc);
+    }
+    slot = slot + 1 == S ? 0 : slot + 1;
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the reductions reuse the rings
+
+  if constexpr (WK > 1) tile.reduce_k_parts(acc);
+  if (p.split_k > 1) {
+    if (!tile.reduce_partials(acc, reinterpret_cast<int*>(smem + kFlagOffset))) return;
   } else if (tile.k_part != 0) {
     return;
   }

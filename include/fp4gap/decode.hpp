@@ -37,6 +37,7 @@
 namespace fp4gap::decode {
 
 inline constexpr int kMaxM = 64;                 // the decode kernels serve M <= 64
+inline constexpr int kStreamingMaxM = 16;        // choose_plan takes the streaming kernel up to here (W4A16)
 inline constexpr int kTileRows = 16;             // weight rows per mma tile
 inline constexpr int kWindowK = 128;             // k columns per window (4 threads x 32)
 inline constexpr int kWindowCodeBytes = kTileRows * kWindowK / 2;           // 1024
@@ -299,9 +300,11 @@ FP4GAP_HD constexpr ChunkRange split_chunk_range(std::int64_t k_chunks, int spli
 Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, Math math, WeightLayout layout, int config_index,
                int split_k);
 
-// The policy: the smallest activation tile holding M, then the split-K factor minimising a cost
-// model (the most loaded SM's weight bytes at the bandwidth its resident warps can draw, plus the
-// partial-sum traffic of the reduction). Throws InvalidArgument on a bad shape or when no
+// The policy: the kernel family (streaming for W4A16, shuffled weight, M <= kStreamingMaxM;
+// register-prefetch otherwise), the smallest activation tile holding M, then the configuration
+// and split-K factor minimising the family's cost model (the most loaded SM's weight bytes at the
+// bandwidth its resident warps can draw, L2 activation and partial-sum traffic; streaming also
+// its measured instruction-issue bound, fixed latency and split-K cost). Throws InvalidArgument on a bad shape or when no
 // configuration fits the device (the message names the bytes).
 Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, Math math, WeightLayout layout,
                  const DeviceContext& device);

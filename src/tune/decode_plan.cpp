@@ -75,9 +75,7 @@ const std::vector<TileConfig>& tile_configs() {
       {1, 1, 4, 4, 1, 4, 4},  // M <= 8:  16 rows x 4 k parts, 4 blocks per SM
       {1, 2, 4, 4, 1, 3, 3},  // M <= 16: 16 rows x 4 k parts
       {2, 2, 4, 4, 1, 2, 3},  // M <= 16: 32 rows: half the activation reads per weight byte
-      {4, 2, 4, 4, 1, 2, 3},  // M <= 16: 64 rows
-      {2, 4, 4, 4, 1, 2, 2},  // M <= 32: 32 rows
-      {4, 4, 4, 4, 1, 2, 2},  // M <= 32: 64 rows
+      // (4 m16 tiles per warp and M <= 32 variants were swept in run 5 and never won: removed.)
   };
   return configs;
 }
@@ -199,11 +197,16 @@ constexpr double kMmaFlopsPerUs = 5.0e8;       // mma.sync BF16/FP16 with dequan
 constexpr double kWarpsForFullBandwidth = 8.0; // resident warps an SM needs to draw its share
 constexpr double kReductionUs = 0.8;           // fence, counter round trip, last block's latency
 constexpr double kWeightBytesPerValue = 0.5 + 1.0 / kBlockSize;
-// Streaming kernel: the weight bytes an SM must have in flight to draw its share of HBM
-// bandwidth (latency ~1.2 us x 34 GB/s per SM), and the issue cost of one warp window.
-constexpr double kStreamBytesInFlightPerSm = 40e3;
-constexpr double kIssuePerSmPerUs = 4 * 0.6 * 1.9e3;  // 4 schedulers, ~0.6 IPC each, 1.9 GHz
-double stream_window_instructions(const TileConfig& c) { return c.mt * 150.0 + c.mt * c.nt * 16.0 + c.nt * 8.0 + 20.0; }
+// Streaming kernel, fit to the H200 sweep of PERF-LOG run 5: it is bound by instruction issue
+// (about 150 instructions per 16 x 128 weight window, ~2 per weight value, and ~48 per 8-row
+// activation tile: its 4 cp.async with their addresses and 4 LDS.128) at ~0.42 IPC per
+// scheduler, plus ~1.5 us of launch and first-byte latency; a split-K reduction across blocks
+// (fence, counter, last block's partial reads) measured 1-4 us slower than none on every shape.
+constexpr double kStreamBytesInFlightPerSm = 40e3;    // ~1.2 us latency x 34 GB/s per SM
+constexpr double kIssuePerSmPerUs = 4 * 0.42 * 1.9e3;  // 4 schedulers, 0.42 IPC each, 1.9 GHz
+constexpr double kStreamFixedUs = 1.5;
+constexpr double kStreamSplitUs = 3.0;
+double stream_window_instructions(const TileConfig& c) { return c.mt * 150.0 + c.mt * c.nt * 16.0 + c.nt * 48.0 + 20.0; }
 
 }  // namespace
 
@@ -259,7 +262,8 @@ double estimate_plan_us(const Plan& p, const DeviceContext& device) {
     const double act_bytes = c.row_groups() * std::min<double>(static_cast<double>(p.m), m_pad) * chunk_cols * 2;
     const double l2_us = (chunks * act_bytes + 2 * std::ceil(blocks_per_sm) * partial_bytes) / (kL2BytesPerUs / sms);
     const double issue_us = chunks * c.warps * stream_window_instructions(c) / kIssuePerSmPerUs;
-    us = std::max({memory_us, l2_us, issue_us});
+    us = std::max({memory_us, l2_us, issue_us}) + kStreamFixedUs + (p.split_k > 1 ? kStreamSplitUs : 0.0);
+    return us;
   } else {
     const double efficiency = std::min(1.0, resident * c.warps / kWarpsForFullBandwidth);
     const double memory_us = chunks * chunk_hbm_bytes / (kMemoryBytesPerUs / sms) / efficiency;
@@ -277,10 +281,15 @@ Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, Math math, Weig
   const Status shape = check_shape(m, n, k, math);
   if (!shape.is_ok()) throw InvalidArgument(shape.reason);
   const auto& configs = tile_configs();
+  // W4A16 with the shuffled weight at M <= 16: the streaming kernel measured faster than the
+  // register-prefetch one on every swept shape (PERF-LOG run 5); above, the register-prefetch
+  // kernel's block-shared activations won on most. The two models are not comparable (only the
+  // streaming one is fit to measurements), so the kernel family is chosen first.
+  const bool streaming = math == Math::w4a16 && layout == WeightLayout::shuffled && m <= kStreamingMaxM;
   // Only the smallest activation tile that holds M: larger ones only multiply idle mma columns.
   int tile_m = 0;
   for (const TileConfig& c : configs) {
-    if (c.max_m() >= m && (tile_m == 0 || c.max_m() < tile_m)) tile_m = c.max_m();
+    if (c.streaming() == streaming && c.max_m() >= m && (tile_m == 0 || c.max_m() < tile_m)) tile_m = c.max_m();
   }
   bool found = false;
   Plan best;
@@ -288,7 +297,7 @@ Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, Math math, Weig
   std::string infeasible;
   for (int i = 0; i < static_cast<int>(configs.size()); ++i) {
     const TileConfig& c = configs[static_cast<std::size_t>(i)];
-    if (c.max_m() != tile_m || !c.serves(math, layout)) continue;
+    if (c.max_m() != tile_m || c.streaming() != streaming || !c.serves(math, layout)) continue;
     const Status fits = check_tile_config(c, math, device);
     if (!fits.is_ok()) {
       infeasible = fits.reason;

@@ -263,21 +263,27 @@ TEST(DecodeGemm, ForcedSplitsMatchTheReference) {
 // The same launch repeated (poisoned in between) gives the same bytes: the split-K counters are
 // left at zero by every launch and the reduction orders (k parts, splits) are fixed. Config 6
 // splits K over 2 warps per row group as well; W4A16 also runs the first streaming config that
-// holds M = 17 (k parts in every warp).
+// holds M = 16 (k parts in every warp).
 TEST(DecodeGemm, RepeatedRunsAreBitwiseEqual) {
   REQUIRE_GPU();
   std::uint64_t seed = 600;
   int streaming = -1;
   for (int ci = 0; ci < static_cast<int>(tile_configs().size()) && streaming < 0; ++ci) {
     const TileConfig& config = tile_configs()[static_cast<std::size_t>(ci)];
-    if (config.streaming() && config.max_m() >= 17) streaming = ci;
+    if (config.streaming() && config.max_m() >= 16) streaming = ci;
   }
-  ASSERT_GE(streaming, 0) << "no streaming config holds M = 17";
-  for (auto [math, ci] : {std::pair{Math::w4a16, 6}, std::pair{Math::w4a4, 6}, std::pair{Math::w4a16, streaming}}) {
+  ASSERT_GE(streaming, 0) << "no streaming config holds M = 16";
+  struct Run {
+    Math math;
+    int config;
+    std::int64_t m;
+  };
+  for (const Run run : {Run{Math::w4a16, 6, 17}, Run{Math::w4a4, 6, 17}, Run{Math::w4a16, streaming, 16}}) {
     ++seed;
-    const Case c(math, 17, 2048, 6144, seed, InputDistribution::random);
+    const Math math = run.math;
+    const Case c(math, run.m, 2048, 6144, seed, InputDistribution::random);
     for (int split : {1, 7}) {
-      const Plan plan = make_plan(17, 2048, 6144, math, WeightLayout::shuffled, ci, split);
+      const Plan plan = make_plan(run.m, 2048, 6144, math, WeightLayout::shuffled, run.config, split);
       DeviceCase dc(c, plan, Layouts{}, OutputType::f32);
       const std::vector<std::uint8_t> first = dc.run(plan);
       const VerifyResult v = verify_gemm_output(output_as_float(first, OutputType::f32).data(), c.ref, 6144, OutputType::f32);

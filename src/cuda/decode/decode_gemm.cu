@@ -44,8 +44,8 @@ constexpr Instantiation instantiate_streaming() {
 }
 
 // Same order as tile_configs() (src/tune/decode_plan.cpp); checked at first use.
-const std::array<Instantiation, 19>& instantiations() {
-  static const std::array<Instantiation, 19> list = {
+const std::array<Instantiation, 16>& instantiations() {
+  static const std::array<Instantiation, 16> list = {
       instantiate<1, 1, 8, 8, 2, 2>(), instantiate<1, 1, 8, 4, 2, 2>(), instantiate<1, 1, 4, 1, 2, 4>(),
       instantiate<1, 2, 8, 8, 1, 2>(), instantiate<1, 2, 8, 4, 2, 2, 1>(), instantiate<1, 2, 4, 1, 2, 4>(),
       instantiate<1, 4, 8, 2, 2, 2, 1>(),
@@ -53,8 +53,7 @@ const std::array<Instantiation, 19>& instantiations() {
       instantiate<2, 8, 8, 1, 1, 1>(),
       instantiate_streaming<1, 1, 8, 8, 2, 4>(), instantiate_streaming<2, 1, 8, 8, 2, 3>(),
       instantiate_streaming<1, 1, 4, 4, 4, 4>(), instantiate_streaming<1, 2, 4, 4, 3, 3>(),
-      instantiate_streaming<2, 2, 4, 4, 2, 3>(), instantiate_streaming<4, 2, 4, 4, 2, 3>(),
-      instantiate_streaming<2, 4, 4, 4, 2, 2>(), instantiate_streaming<4, 4, 4, 4, 2, 2>(),
+      instantiate_streaming<2, 2, 4, 4, 2, 3>(),
   };
   static const bool checked = [] {
     const auto& configs = tile_configs();

@@ -52,6 +52,9 @@ struct GemmBenchOptions {
   double host_backend_max_macs = 0.0;
   int reference_threads = 0;          // 0: all hardware threads
   std::function<void(const std::string&)> progress;  // one line per step; may be empty
+  // Called with each row as it is finished (speedups are filled only at the end), so that a long
+  // run that is cut short still leaves what it measured; may be empty.
+  std::function<void(const GemmRow&)> on_row;
   std::string repro_extra;            // appended to every repro line, e.g. "--ceilings datasheet"
 };
 

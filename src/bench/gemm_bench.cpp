@@ -267,6 +267,7 @@ void rows_for_case(const GemmCase& c, const std::vector<GemmBackend*>& backends,
     GemmRow row = base_row(c, "-", o);
     row.status = RowStatus::invalid_problem;
     row.reason = valid.reason;
+    if (o.on_row) o.on_row(row);
     rows.push_back(std::move(row));
     return;
   }
@@ -290,6 +291,7 @@ void rows_for_case(const GemmCase& c, const std::vector<GemmBackend*>& backends,
       row.status = RowStatus::error;
       row.reason = e.what();
     }
+    if (o.on_row) o.on_row(row);
     rows.push_back(std::move(row));
   }
 }

@@ -229,6 +229,18 @@ TEST(Cli, GemmOnTheCpuReferencePasses) {
   EXPECT_FALSE(has(r.out, "BROKEN")) << r.out;
   EXPECT_TRUE(has(r.err, "4 rows: 4 passed")) << r.err;
   EXPECT_TRUE(has(r.out, "[4] fp4gap gemm --m 16 --n 64 --k 128")) << "one repro line per row:\n" << r.out;
+  EXPECT_FALSE(has(r.err, "row: ")) << "row lines only with --progress:\n" << r.err;
+
+  // --progress: each finished row on stderr, in order, also when stderr is a file.
+  const CliResult progress = run_cli("gemm --backends cpu-reference --m 1,16 --n 64 --k 64 --ceilings datasheet --progress");
+  ASSERT_EQ(progress.code, 0) << progress.err;
+  const std::size_t first = progress.err.find("row: m1 n64 k64");
+  const std::size_t second = progress.err.find("row: m16 n64 k64");
+  ASSERT_NE(first, std::string::npos) << progress.err;
+  ASSERT_NE(second, std::string::npos) << progress.err;
+  EXPECT_LT(first, second) << progress.err;
+  EXPECT_TRUE(has(progress.err.substr(first), "cpu-reference passed ")) << progress.err;
+  EXPECT_TRUE(has(progress.err, " us host")) << progress.err;
 
   const fs::path dir = scratch("gemm");
   const CliResult csv = run_cli("gemm --backends cpu-reference --m 16 --n 64 --k 64 --a-format bf16 --format csv "

@@ -85,6 +85,15 @@ void progress_line(const std::string& text) {
   if (::isatty(STDERR_FILENO)) std::cerr << "  .. " << text << "\n";
 }
 
+void row_line(const GemmRow& r) {
+  std::ostringstream os;
+  os << "row: " << r.problem << " " << r.backend << " " << to_string(r.status);
+  if (r.median_us) os << " " << format_fixed(*r.median_us, 2) << " us " << r.mode;
+  if (r.event_median_us) os << ", event " << format_fixed(*r.event_median_us, 2) << " us";
+  os << " | " << (r.reason.empty() ? r.config : r.reason) << "\n";
+  std::cerr << os.str() << std::flush;
+}
+
 GemmBenchOptions gemm_bench_options(const DeviceContext& device) {
   register_host_backends();
   register_cuda_backends();

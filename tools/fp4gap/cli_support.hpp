@@ -40,6 +40,9 @@ void write_run_header(std::ostream& out, const RunContext& context);
 
 // Progress lines on stderr when it is a terminal (keeps pipes and logs clean).
 void progress_line(const std::string& text);
+// --progress: one line per finished row on stderr (status, graph and event medians, config or
+// reason), whether or not stderr is a terminal, so that a run cut short leaves its results.
+void row_line(const GemmRow& row);
 
 // Registers the host and CUDA backends and returns pipeline options wired to the CUDA library's
 // timer (time_runner) and GPU reference (gpu_reference_gemm), with progress on a terminal.

@@ -22,6 +22,7 @@ struct DiagnoseArgs {
   std::uint64_t seed = 1;
   std::string ceilings;
   std::string output;
+  bool progress = false;
 };
 
 bool is_reference_backend(std::string_view name) {
@@ -53,6 +54,7 @@ int diagnose_without_device(const DeviceContext& device, const DiagnoseArgs& a, 
          "and W4A16 problems (m 1 and 16, n 256, k 512), verified like every GPU backend would be.\n\n";
   GemmBenchOptions options = gemm_bench_options(device);
   options.seed = a.seed;
+  if (a.progress) options.on_row = row_line;
   GemmBackend* cpu = find_gemm_backend("cpu-reference");
   if (!cpu) throw RuntimeError("the cpu-reference backend is not registered");
   const std::vector<GemmRow> rows = run_gemm_bench(cpu_check_cases(), {cpu}, options);
@@ -74,6 +76,7 @@ int diagnose_with_device(const DeviceContext& device, const DiagnoseArgs& a, std
   context.notes = ceilings.notes;
   options.ceilings = ceilings.ceilings;
   if (!a.ceilings.empty()) options.repro_extra = "--ceilings " + a.ceilings;
+  if (a.progress) options.on_row = row_line;
   write_run_header(out, context);
   out << "\n";
 
@@ -115,6 +118,7 @@ void add_diagnose_command(CLI::App& app) {
   cmd->add_option("--seed", args->seed, "input seed");
   cmd->add_option("--ceilings", args->ceilings, "FILE from `fp4gap peak --output`, datasheet, or measure (default)");
   cmd->add_option("--output", args->output, "write the report to FILE instead of stdout");
+  cmd->add_flag("--progress", args->progress, "print each row to stderr as soon as it is finished");
   cmd->callback([args] { run_diagnose(*args); });
 }
 

@@ -28,6 +28,7 @@ struct GemmArgs {
   std::string format = "table";
   std::string output;
   std::string ceilings;
+  bool progress = false;
 };
 
 // Accepts the names the rest of the tool prints (f16, f32) and the common spellings (fp16, fp32).
@@ -82,6 +83,7 @@ void run_gemm(const GemmArgs& a, CLI::App& cmd) {
   // explicitly it runs at any size its own limit allows.
   if (a.backends == "all") options.host_backend_max_macs = 8589934592.0;  // 2^33
   if (!a.ceilings.empty()) options.repro_extra = "--ceilings " + a.ceilings;
+  if (a.progress) options.on_row = row_line;
 
   RunContext context;
   context.device = options.device;
@@ -129,6 +131,7 @@ void add_gemm_command(CLI::App& app) {
   cmd->add_option("--distribution", args->distribution, "input values")->check(CLI::IsMember({"random", "exact-grid"}));
   cmd->add_option("--format", args->format, "report format")->check(CLI::IsMember({"table", "csv", "json"}));
   cmd->add_option("--output", args->output, "write the report to FILE instead of stdout");
+  cmd->add_flag("--progress", args->progress, "print each row to stderr as soon as it is finished");
   cmd->add_option("--ceilings", args->ceilings,
                   "roofline ceilings: FILE from `fp4gap peak --output`, datasheet, or measure (default: measure "
                   "when a device exists)");

@@ -12,6 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "fp4gap/decode.hpp"
+#include "fp4gap/npy.hpp"
 #include "fp4gap/quantize.hpp"
 #include "fp4gap/report.hpp"
 
@@ -220,6 +222,57 @@ TEST(Cli, QuantizeRejectsKNotAMultipleOf16) {
   EXPECT_TRUE(has(gs.err, "--global-scale")) << gs.err;
   const CliResult missing = run_cli("quantize --input '" + (dir / "nope.npy").string() + "' --output-prefix P");
   EXPECT_EQ(missing.code, 2);
+}
+
+// shuffle: quantize's files in, the decode kernels' layout out, byte for byte what the library's
+// shuffle_weight_for_decode gives; a NaN scale byte is refused naming its row and block.
+TEST(Cli, ShuffleWritesTheDecodeLayoutOfQuantizesFiles) {
+  const std::int64_t rows = 20, cols = 96;  // N not a multiple of 16, K not a multiple of 128
+  const fs::path dir = scratch("shuffle");
+  const std::vector<float> x = test_matrix(rows, cols);
+  write_f32_npy(dir / "x.npy", rows, cols, x);
+  ASSERT_EQ(run_cli("quantize --input '" + (dir / "x.npy").string() + "' --output-prefix '" + (dir / "P").string() +
+                    "' --layout swizzled").code, 0);
+  QuantizeOptions swizzled;
+  swizzled.layout = ScaleLayout::swizzled_128x4;
+  const Nvfp4Matrix q = quantize_nvfp4(x, rows, cols, swizzled);
+  for (decode::Math math : {decode::Math::w4a16, decode::Math::w4a4}) {
+    const std::string m(decode::to_string(math));
+    const CliResult r = run_cli("shuffle --input '" + (dir / "P").string() + "' --output-prefix '" +
+                                (dir / ("S" + m)).string() + "' --math " + m);
+    ASSERT_EQ(r.code, 0) << r.err;
+    const decode::ShuffledWeight want = decode::shuffle_weight_for_decode(q, math);
+    const Npy codes = read_npy_file(dir / ("S" + m + ".codes.npy"));
+    const Npy scales = read_npy_file(dir / ("S" + m + ".scales.npy"));
+    EXPECT_EQ(codes.shape, (std::vector<std::int64_t>{2 * 1 * 1024}));  // 2 tiles of 16 rows x 1 window
+    EXPECT_EQ(codes.payload, std::string(want.codes.begin(), want.codes.end())) << m;
+    EXPECT_EQ(scales.payload, std::string(want.scales.begin(), want.scales.end())) << m;
+    const nlohmann::json j = nlohmann::json::parse(read_all(dir / ("S" + m + ".json")));
+    EXPECT_EQ(j["math"], m);
+    EXPECT_EQ(j["shape"], (std::vector<std::int64_t>{rows, cols}));
+    EXPECT_EQ(j["tiles"]["n_tiles"], 2);
+    EXPECT_EQ(j["tiles"]["k_windows"], 1);
+  }
+
+  // A NaN scale byte (0x7F) in row 3, block 2 of a linear-layout weight.
+  std::vector<std::uint8_t> bad_scales(static_cast<std::size_t>(rows * cols / 16), 0x38);
+  bad_scales[3 * (cols / 16) + 2] = 0x7F;
+  ASSERT_EQ(run_cli("quantize --input '" + (dir / "x.npy").string() + "' --output-prefix '" + (dir / "L").string() +
+                    "'").code, 0);
+  write_npy((dir / "L.scales.npy").string(), NpyArray{"u1", {rows, cols / 16}, bad_scales});
+  const CliResult nan = run_cli("shuffle --input '" + (dir / "L").string() + "' --output-prefix '" + (dir / "T").string() + "'");
+  EXPECT_EQ(nan.code, 2) << nan.err;
+  EXPECT_TRUE(has(nan.err, "row 3")) << nan.err;
+  EXPECT_FALSE(fs::exists(dir / "T.codes.npy"));
+
+  // Files that disagree with the sidecar are refused with both shapes.
+  write_npy((dir / "L.scales.npy").string(), NpyArray{"u1", {rows, 1}, std::vector<std::uint8_t>(rows, 0x38)});
+  const CliResult shape = run_cli("shuffle --input '" + (dir / "L").string() + "' --output-prefix '" + (dir / "T").string() + "'");
+  EXPECT_EQ(shape.code, 2);
+  EXPECT_TRUE(has(shape.err, "(20, 6)") && has(shape.err, "(20, 1)")) << shape.err;
+  const CliResult missing = run_cli("shuffle --input '" + (dir / "nope").string() + "' --output-prefix '" + (dir / "T").string() + "'");
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_TRUE(has(missing.err, "nope.json")) << missing.err;
 }
 
 TEST(Cli, GemmOnTheCpuReferencePasses) {

@@ -81,6 +81,11 @@ void write_run_header(std::ostream& out, const RunContext& context) {
   for (const std::string& note : context.notes) out << note << "\n";
 }
 
+std::string basename_of(const std::string& path) {
+  const std::size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
 void progress_line(const std::string& text) {
   if (::isatty(STDERR_FILENO)) std::cerr << "  .. " << text << "\n";
 }

@@ -39,6 +39,8 @@ CeilingsChoice choose_ceilings(const DeviceContext& device, const std::string& c
 void write_run_header(std::ostream& out, const RunContext& context);
 
 // Progress lines on stderr when it is a terminal (keeps pipes and logs clean).
+// The file name of a path (what sidecar JSON files record, so the set can be moved together).
+std::string basename_of(const std::string& path);
 void progress_line(const std::string& text);
 // --progress: one line per finished row on stderr (status, graph and event medians, config or
 // reason), whether or not stderr is a terminal, so that a run cut short leaves its results.

@@ -56,11 +56,6 @@ nlohmann::ordered_json report_json(const QuantizeReport& r) {
   return j;
 }
 
-std::string basename_of(const std::string& path) {
-  const std::size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 void run_quantize(const QuantizeArgs& args) {
   const NpyArray in = read_npy(args.input);
   ElementType type;

@@ -10,5 +10,6 @@ void add_gemm_command(CLI::App& app);            // cmd_gemm.cpp
 void add_diagnose_command(CLI::App& app);        // cmd_diagnose.cpp
 void add_peak_command(CLI::App& app);            // cmd_peak.cpp
 void add_bench_quantize_command(CLI::App& app);  // cmd_bench_quantize.cpp
+void add_shuffle_command(CLI::App& app);         // cmd_shuffle.cpp
 
 }  // namespace fp4gap::cli

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   fp4gap::cli::add_info_command(app);
   fp4gap::cli::add_quantize_command(app);
+  fp4gap::cli::add_shuffle_command(app);
   fp4gap::cli::add_gemm_command(app);
   fp4gap::cli::add_diagnose_command(app);
   fp4gap::cli::add_peak_command(app);

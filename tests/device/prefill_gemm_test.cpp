@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 #include <string>
@@ -17,6 +18,7 @@
 #include "fp4gap/numeric.hpp"
 #include "fp4gap/prefill.hpp"
 #include "fp4gap/reference.hpp"
+#include "fp4gap/timing.hpp"
 #include "fp4gap/verify.hpp"
 #include "device_test_support.hpp"
 
@@ -258,6 +260,59 @@ TEST(PrefillKernel, RandomDataWithSplitKMatchesTheReferenceRepeatably) {
       const std::vector<float> second = read_floats(d, p);
       EXPECT_EQ(std::memcmp(second.data(), first.data(), second.size() * sizeof(float)), 0)
           << "two runs differ bitwise";
+    }
+  }
+}
+
+// Tuning data, not a test of speed: every configuration x split-K factor on the shapes,
+// graph-timed with cold weights and activations (rotating input sets), beside the policy's pick
+// and the number of CTAs the occupancy API lets run at once. Run by hand on the GPU:
+//   fp4gap_device_tests --gtest_also_run_disabled_tests --gtest_filter='PrefillKernel.DISABLED_Sweep*'
+TEST(PrefillKernel, DISABLED_SweepConfigsAndSplits) {
+  REQUIRE_HOPPER();
+  struct Nk {
+    std::int64_t n, k;
+  };
+  for (const Nk s : {Nk{2048, 6144}, Nk{4096, 6144}, Nk{6144, 2048}}) {
+    for (std::int64_t m : {128, 256, 512, 1024, 4096}) {
+      const GemmProblem p = make_problem(m, s.n, s.k, false, OutputType::bf16);
+      const GemmInputs in = make_gemm_inputs(p, 1, InputDistribution::random);
+      const std::vector<std::uint8_t> packed = prefill::pack_weights(in.b_fp4).bytes;
+      const double set_bytes = static_cast<double>(packed.size()) + static_cast<double>(in.a_bf16.size()) * 2;
+      const int sets = input_sets_for_cold_cache(set_bytes, gpu().l2_bytes, 16);
+      std::vector<cuda::DeviceBuffer<std::uint16_t>> acts;
+      std::vector<cuda::DeviceBuffer<std::uint8_t>> weights;
+      for (int i = 0; i < sets; ++i) {
+        acts.emplace_back(in.a_bf16);
+        weights.emplace_back(packed);
+      }
+      cuda::DeviceBuffer<std::uint8_t> out(static_cast<std::size_t>(m * s.n * 2));
+      const prefill::Plan chosen = prefill::choose_plan(m, s.n, s.k, gpu(), prefill::concurrent_ctas);
+      const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(s.n) * static_cast<double>(s.k);
+      std::printf("\n%s: %d input sets; policy: %s\n", p.label().c_str(), sets, chosen.describe().c_str());
+      for (const prefill::TileConfig& c : prefill::tile_configs()) {
+        if (!prefill::check_tile_config(c, gpu()).is_ok()) continue;
+        for (int split : {1, 2, 3, 4, 6, 8}) {
+          const prefill::Plan plan = prefill::make_plan(m, s.n, s.k, c, split);
+          if (split > plan.k_blocks || prefill::concurrent_ctas(c, split) < split) continue;
+          std::vector<CUtensorMap> maps;
+          for (int i = 0; i < sets; ++i) maps.push_back(prefill::make_activation_map(acts[i].get(), m, s.k, c.block_m));
+          prefill::prepare_launch(plan);
+          const Timing t = time_launch(
+              [&](int set, void* stream) {
+                prefill::launch_gemm(plan, maps[static_cast<std::size_t>(set)], weights[static_cast<std::size_t>(set)].get(),
+                                     out.get(), OutputType::bf16, m, s.n, static_cast<float>(in.alpha),
+                                     static_cast<cudaStream_t>(stream));
+              },
+              sets, gpu(), TimingOptions{});
+          const bool pick = plan.config.block_m == chosen.config.block_m && plan.config.stages == chosen.config.stages &&
+                            plan.split_k == chosen.split_k;
+          std::printf("  %s%-60s %5lld CTAs (%3d at once)  graph %8.2f us %6.0f TFLOP/s  event %8.2f us\n",
+                      pick ? "* " : "  ", plan.describe().c_str(), static_cast<long long>(plan.ctas()),
+                      prefill::concurrent_ctas(c, split), t.graph.median_us, flops / t.graph.median_us * 1e-6,
+                      t.event.median_us);
+        }
+      }
     }
   }
 }

@@ -339,6 +339,13 @@ TEST(Cli, GemmPresetKeepsShapesThatTpBreaks) {
   EXPECT_TRUE(has(r.out, "glm5.seed")) << r.out;
 }
 
+TEST(Cli, DiagnoseRejectsUnknownFormatsOnAnyMachine) {
+  const CliResult r = run_cli("diagnose --formats w4a4,w4a8");
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_TRUE(has(r.err, "--formats takes w4a4 and/or w4a16")) << r.err;
+  EXPECT_TRUE(has(r.err, "w4a8")) << "the message quotes the value: " << r.err;
+}
+
 TEST(Cli, DiagnoseWithoutADeviceChecksTheCpuPipeline) {
   if (device_present()) GTEST_SKIP() << "with a device, diagnose runs the full GPU benchmark (device batch)";
   const CliResult r = run_cli("diagnose");

@@ -18,6 +18,7 @@ namespace {
 
 struct DiagnoseArgs {
   std::string m = "16,512,4096";
+  std::string formats = "w4a4,w4a16";
   int tp = 1;
   std::uint64_t seed = 1;
   std::string ceilings;
@@ -46,6 +47,31 @@ std::vector<GemmCase> cpu_check_cases() {
     }
   }
   return cases;
+}
+
+// The operand formats of the diagnose table: w4a4 (nvfp4 x nvfp4, the cutlass_scaled_fp4_mm
+// serving case) and w4a16 (bf16 activations x nvfp4 weight), both -> bf16.
+std::vector<GemmProblem> diagnose_formats(const std::string& list) {
+  std::vector<GemmProblem> out;
+  std::size_t begin = 0;
+  while (begin <= list.size()) {
+    const std::size_t comma = list.find(',', begin);
+    const std::string name = list.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
+    GemmProblem p;
+    p.b_format = OperandFormat::nvfp4;
+    p.out_type = OutputType::bf16;
+    if (name == "w4a4") {
+      p.a_format = OperandFormat::nvfp4;
+    } else if (name == "w4a16") {
+      p.a_format = OperandFormat::bf16;
+    } else {
+      throw InvalidArgument("--formats takes w4a4 and/or w4a16, comma-separated: got \"" + name + "\"");
+    }
+    out.push_back(p);
+    if (comma == std::string::npos) break;
+    begin = comma + 1;
+  }
+  return out;
 }
 
 int diagnose_without_device(const DeviceContext& device, const DiagnoseArgs& a, std::ostream& out) {
@@ -80,10 +106,11 @@ int diagnose_with_device(const DeviceContext& device, const DiagnoseArgs& a, std
   write_run_header(out, context);
   out << "\n";
 
-  GemmProblem formats;  // W4A4: nvfp4 x nvfp4 -> bf16, the serving case
   const std::vector<std::int64_t> ms = parse_range_list(a.m);
   std::vector<GemmCase> cases;
-  for (const PresetShape& s : preset_shapes("glm5", a.tp, formats, ms)) cases.push_back({s.name, s.problem, s.status});
+  for (const GemmProblem& formats : diagnose_formats(a.formats)) {
+    for (const PresetShape& s : preset_shapes("glm5", a.tp, formats, ms)) cases.push_back({s.name, s.problem, s.status});
+  }
   std::vector<GemmBackend*> backends;
   for (GemmBackend* b : gemm_backends()) {
     if (!is_reference_backend(b->name())) backends.push_back(b);
@@ -97,6 +124,7 @@ int diagnose_with_device(const DeviceContext& device, const DiagnoseArgs& a, std
 }
 
 void run_diagnose(const DiagnoseArgs& a) {
+  diagnose_formats(a.formats);  // a bad --formats is an error on any machine, before any work
   const DeviceContext device = query_device(0);
   // Straight to stdout, so a long GPU run shows its header before the table is done.
   std::ostringstream buffered;
@@ -114,6 +142,7 @@ void add_diagnose_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "diagnose", "The main job: ceilings, every backend on the glm5 shapes, and a verdict per shape");
   cmd->add_option("--m", args->m, "M values of the glm5 shapes (list/ranges)");
+  cmd->add_option("--formats", args->formats, "operand formats of the table: w4a4, w4a16 or both (comma-separated)");
   cmd->add_option("--tp", args->tp, "tensor-parallel degree splitting the intermediate dimension")->check(CLI::PositiveNumber);
   cmd->add_option("--seed", args->seed, "input seed");
   cmd->add_option("--ceilings", args->ceilings, "FILE from `fp4gap peak --output`, datasheet, or measure (default)");

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -17,46 +16,10 @@
 namespace fp4gap {
 namespace {
 
+using test::check_backend;
 using test::gpu;
 
 GemmBackend& backend(const char* name) { return test::registered_backend(name); }
-
-std::string repro(const GemmProblem& p, std::uint64_t seed, const char* backend_name) {
-  std::ostringstream os;
-  os << "backend " << backend_name << ", " << p.label() << ", seed " << seed
-     << "; repro: build/gpu/tests/fp4gap_device_tests --gtest_filter='" << ::testing::UnitTest::GetInstance()->current_test_suite()->name()
-     << "." << ::testing::UnitTest::GetInstance()->current_test_info()->name() << "'";
-  return os.str();
-}
-
-// Runs `backend` on set 1 of 2 and checks the output against the reference of exactly what the
-// runner multiplied. Set 0 is never run and must stay poisoned.
-void check_backend(const char* name, const GemmProblem& p, std::uint64_t seed, InputDistribution dist) {
-  SCOPED_TRACE(repro(p, seed, name));
-  GemmBackend& b = backend(name);
-  const Status s = b.supports(p, gpu());
-  ASSERT_TRUE(s.is_ok()) << to_string(s.code) << ": " << s.reason;
-  const GemmInputs inputs = make_gemm_inputs(p, seed, dist);
-  auto runner = b.prepare(inputs, 2);
-  ASSERT_TRUE(runner->on_device());
-  ASSERT_EQ(runner->input_sets(), 2);
-  runner->poison_output();
-  cuda::Stream stream;
-  runner->run(1, stream.as_void());
-  stream.synchronize();
-  const std::vector<float> got = runner->read_output(1);
-  ASSERT_EQ(got.size(), static_cast<std::size_t>(p.m * p.n));
-  const ReferenceResult ref = reference_gemm(runner->a_operand(), runner->b_operand(), runner->alpha());
-  const VerifyResult v = verify_gemm_output(got.data(), ref, p.k, p.out_type, runner->tensor_core_error_bound());
-  EXPECT_TRUE(v.passed) << v.message << " (config: " << runner->config() << ")";
-  EXPECT_EQ(v.non_finite, 0);
-  EXPECT_FALSE(v.all_zero);
-
-  const std::vector<float> untouched = runner->read_output(0);
-  std::int64_t nan_count = 0;
-  for (float x : untouched) nan_count += std::isnan(x) ? 1 : 0;
-  EXPECT_EQ(nan_count, p.m * p.n) << "set 0 was never run: its output must still be the NaN poison";
-}
 
 struct Case {
   OperandFormat a, b;
@@ -177,7 +140,7 @@ TEST(CublasBackends, PoisonedOutputIsDetectedWhenRunIsSkipped) {
   for (const char* name : {"cublas-bf16", "cublaslt-fp8"}) {
     for (OutputType out : {OutputType::bf16, OutputType::f16, OutputType::f32}) {
       const GemmProblem p = problem(7, {OperandFormat::nvfp4, OperandFormat::nvfp4, out});
-      SCOPED_TRACE(repro(p, 5, name));
+      SCOPED_TRACE(test::repro(std::string("backend ") + name + ", " + p.label(), 5));
       auto runner = backend(name).prepare(make_gemm_inputs(p, 5), 1);
       cuda::Stream stream;
       runner->run(0, stream.as_void());  // a good output first, then poison over it

@@ -27,13 +27,8 @@ namespace fp4gap::decode {
 namespace {
 
 using test::gpu;
+using test::repro;
 using test::output_as_float;
-
-std::string repro(const std::string& what, std::uint64_t seed) {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  return what + " seed=" + std::to_string(seed) + "; repro: fp4gap_device_tests --gtest_filter=" +
-         info->test_suite_name() + "." + info->name();
-}
 
 constexpr OutputType kOutputs[] = {OutputType::bf16, OutputType::f16, OutputType::f32};
 constexpr ScaleLayout kLayouts[] = {ScaleLayout::linear, ScaleLayout::swizzled_128x4};

@@ -2,16 +2,22 @@
 // Helpers shared by the device tests.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "cuda/common.cuh"
 #include "fp4gap/backend.hpp"
 #include "fp4gap/cuda_api.hpp"
 #include "fp4gap/numeric.hpp"
 #include "fp4gap/problem.hpp"
+#include "fp4gap/reference.hpp"
 #include "fp4gap/status.hpp"
+#include "fp4gap/verify.hpp"
 
 namespace fp4gap::test {
 
@@ -42,6 +48,49 @@ inline std::vector<float> output_as_float(const std::vector<std::uint8_t>& raw, 
     }
   }
   return out;
+}
+
+// "<what>, seed S; repro: <command running the current test>", for failure messages.
+inline std::string repro(const std::string& what, std::uint64_t seed) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::ostringstream os;
+  os << what << ", seed " << seed << "; repro: build/gpu/tests/fp4gap_device_tests --gtest_filter='"
+     << info->test_suite_name() << "." << info->name() << "'";
+  return os.str();
+}
+
+// Runs a registered backend on input set 1 of 2 (outputs poisoned first) and checks its output
+// against the reference of exactly what the runner multiplied, within its tensor-core bound; set 0
+// was never run and must keep its NaN poison. `also` gets the output and the reference for a
+// caller's further checks (e.g. exact equality on exact-grid inputs).
+inline void check_backend(
+    const char* name, const GemmProblem& p, std::uint64_t seed, InputDistribution dist,
+    const std::function<void(const std::vector<float>& got, const ReferenceResult& ref)>& also = {}) {
+  SCOPED_TRACE(repro(std::string(name) + ", " + p.label(), seed));
+  GemmBackend& b = registered_backend(name);
+  const Status s = b.supports(p, gpu());
+  ASSERT_TRUE(s.is_ok()) << to_string(s.code) << ": " << s.reason;
+  const GemmInputs inputs = make_gemm_inputs(p, seed, dist);
+  auto runner = b.prepare(inputs, 2);
+  ASSERT_TRUE(runner->on_device());
+  ASSERT_EQ(runner->input_sets(), 2);
+  runner->poison_output();
+  cuda::Stream stream;
+  runner->run(1, stream.as_void());
+  stream.synchronize();
+  const std::vector<float> got = runner->read_output(1);
+  ASSERT_EQ(got.size(), static_cast<std::size_t>(p.m * p.n));
+  const ReferenceResult ref = reference_gemm(runner->a_operand(), runner->b_operand(), runner->alpha());
+  const VerifyResult v = verify_gemm_output(got.data(), ref, p.k, p.out_type, runner->tensor_core_error_bound());
+  EXPECT_TRUE(v.passed) << v.message << " (config: " << runner->config() << ")";
+  EXPECT_EQ(v.non_finite, 0) << "unwritten (poisoned) outputs; config: " << runner->config();
+  EXPECT_FALSE(v.all_zero);
+  if (also) also(got, ref);
+
+  const std::vector<float> untouched = runner->read_output(0);
+  std::int64_t nan_count = 0;
+  for (float x : untouched) nan_count += std::isnan(x) ? 1 : 0;
+  EXPECT_EQ(nan_count, p.m * p.n) << "set 0 was never run: its output must still be the NaN poison";
 }
 
 }  // namespace fp4gap::test

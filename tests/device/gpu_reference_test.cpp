@@ -25,13 +25,8 @@ namespace fp4gap {
 namespace {
 
 using test::gpu;
+using test::repro;
 using test::output_as_float;
-
-std::string repro(const std::string& what, std::uint64_t seed) {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  return what + " seed=" + std::to_string(seed) + "; repro: fp4gap_device_tests --gtest_filter=" +
-         info->test_suite_name() + "." + info->name();
-}
 
 // A host operand in any format the reference multiplies, with its arrays.
 struct HostOperand {

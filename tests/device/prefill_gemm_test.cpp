@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -26,6 +25,7 @@ namespace fp4gap {
 namespace {
 
 using test::gpu;
+using test::repro;
 
 // Device tests run where a GPU exists: without one they fail with the reason, never skip. These
 // kernels need sm_90a: elsewhere the backends must say so, which SupportsNamesItsRules checks.
@@ -37,14 +37,6 @@ using test::gpu;
   } while (0)
 
 GemmBackend& backend(const char* name) { return test::registered_backend(name); }
-
-std::string repro(const std::string& what, std::uint64_t seed) {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::ostringstream os;
-  os << what << ", seed " << seed << "; repro: build/gpu/tests/fp4gap_device_tests --gtest_filter='"
-     << info->test_suite_name() << "." << info->name() << "'";
-  return os.str();
-}
 
 GemmProblem make_problem(std::int64_t m, std::int64_t n, std::int64_t k, bool w4a4, OutputType out) {
   GemmProblem p;
@@ -73,34 +65,11 @@ void expect_exact(const std::vector<float>& got, const ReferenceResult& ref, Out
                     << ", want " << (first >= 0 ? round_to_output(ref.d[static_cast<std::size_t>(first)], out) : 0.0f);
 }
 
-// Runs the backend on set 1 of 2 (outputs poisoned first) and checks it against the reference of
-// what the runner multiplied; set 0 must keep its poison.
+// test::check_backend, and on exact-grid inputs every output equal to the rounded reference.
 void check_backend(const char* name, const GemmProblem& p, std::uint64_t seed, InputDistribution dist) {
-  SCOPED_TRACE(repro(std::string(name) + ", " + p.label(), seed));
-  GemmBackend& b = backend(name);
-  const Status s = b.supports(p, gpu());
-  ASSERT_TRUE(s.is_ok()) << to_string(s.code) << ": " << s.reason;
-  const GemmInputs inputs = make_gemm_inputs(p, seed, dist);
-  auto runner = b.prepare(inputs, 2);
-  ASSERT_TRUE(runner->on_device());
-  ASSERT_EQ(runner->input_sets(), 2);
-  runner->poison_output();
-  cuda::Stream stream;
-  runner->run(1, stream.as_void());
-  stream.synchronize();
-  const std::vector<float> got = runner->read_output(1);
-  ASSERT_EQ(got.size(), static_cast<std::size_t>(p.m * p.n));
-  const ReferenceResult ref = reference_gemm(runner->a_operand(), runner->b_operand(), runner->alpha());
-  const VerifyResult v = verify_gemm_output(got.data(), ref, p.k, p.out_type);
-  EXPECT_TRUE(v.passed) << v.message << " (config: " << runner->config() << ")";
-  EXPECT_EQ(v.non_finite, 0) << "unwritten (poisoned) outputs; config: " << runner->config();
-  EXPECT_FALSE(v.all_zero);
-  if (dist == InputDistribution::exact_grid) expect_exact(got, ref, p.out_type);
-
-  const std::vector<float> untouched = runner->read_output(0);
-  std::int64_t nan_count = 0;
-  for (float x : untouched) nan_count += std::isnan(x) ? 1 : 0;
-  EXPECT_EQ(nan_count, p.m * p.n) << "set 0 was never run: its output must still be the NaN poison";
+  test::check_backend(name, p, seed, dist, [&](const std::vector<float>& got, const ReferenceResult& ref) {
+    if (dist == InputDistribution::exact_grid) expect_exact(got, ref, p.out_type);
+  });
 }
 
 const std::int64_t kRows[] = {1, 64, 128, 129, 512};

@@ -10,9 +10,12 @@
 
 #include "fp4gap/npy.hpp"
 #include "fp4gap/status.hpp"
+#include "test_support.hpp"
 
 namespace fp4gap {
 namespace {
+
+using test::invalid_argument_message;
 
 std::string temp_path(const std::string& name) {
   const std::filesystem::path dir = std::filesystem::path(FP4GAP_TEST_TMPDIR) / "npy_test";
@@ -50,17 +53,6 @@ std::vector<float> as_floats(const NpyArray& a) {
   std::vector<float> v(a.data.size() / 4);
   std::memcpy(v.data(), a.data.data(), a.data.size());
   return v;
-}
-
-template <typename F>
-std::string invalid_argument_message(F&& f) {
-  try {
-    f();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no InvalidArgument thrown";
-  return {};
 }
 
 // A file with header `dict` (padded by this helper as numpy does) and `data_bytes` zero bytes.

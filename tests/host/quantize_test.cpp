@@ -14,9 +14,12 @@
 #include "fp4gap/numeric.hpp"
 #include "fp4gap/quantize.hpp"
 #include "fp4gap/status.hpp"
+#include "test_support.hpp"
 
 namespace fp4gap {
 namespace {
+
+using test::invalid_argument_message;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
@@ -395,17 +398,6 @@ TEST(Quantize, DynamicGlobalScaleNeverSaturatesTheAmaxBlock) {
 }
 
 // ---------------------------------------------------------------- bad input and tiny shapes
-
-template <typename F>
-std::string invalid_argument_message(F&& f) {
-  try {
-    f();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no InvalidArgument thrown";
-  return {};
-}
 
 TEST(Quantize, RejectsBadShapesAndGlobalScales) {
   const std::vector<float> x(100, 1.0f);

@@ -49,4 +49,16 @@ inline DeviceContext h200_context() {
   return d;
 }
 
+// The message of the InvalidArgument that f() throws; a test failure (and "") when it throws none.
+template <typename F>
+std::string invalid_argument_message(F&& f) {
+  try {
+    f();
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no InvalidArgument thrown";
+  return {};
+}
+
 }  // namespace fp4gap::test

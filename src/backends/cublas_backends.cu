@@ -27,6 +27,7 @@ namespace fp4gap {
 namespace {
 
 using cuda::DeviceBuffer;
+using cuda::upload_sets;
 
 cudaDataType_t cuda_type(OutputType t) {
   switch (t) {
@@ -59,16 +60,6 @@ void require_size(const char* what, std::size_t got, std::int64_t want) {
     os << what << " holds " << got << " elements, the problem needs " << want;
     throw InvalidArgument(os.str());
   }
-}
-
-// `sets` copies of `bytes` host bytes, back to back on the device: set s starts at s * bytes.
-DeviceBuffer<std::uint8_t> upload_sets(const void* host, std::size_t bytes, int sets) {
-  DeviceBuffer<std::uint8_t> d(bytes * static_cast<std::size_t>(sets));
-  d.upload(static_cast<const std::uint8_t*>(host), bytes);
-  for (int s = 1; s < sets; ++s) {
-    CUDA_CHECK(cudaMemcpy(d.get() + bytes * static_cast<std::size_t>(s), d.get(), bytes, cudaMemcpyDeviceToDevice));
-  }
-  return d;
 }
 
 void require_sets(int input_sets) {

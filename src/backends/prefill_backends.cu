@@ -23,16 +23,7 @@ namespace fp4gap {
 namespace {
 
 using cuda::DeviceBuffer;
-
-// `sets` copies of `bytes` host bytes back to back on the device: set s starts at s * bytes.
-DeviceBuffer<std::uint8_t> upload_sets(const void* host, std::size_t bytes, int sets) {
-  DeviceBuffer<std::uint8_t> d(bytes * static_cast<std::size_t>(sets));
-  d.upload(static_cast<const std::uint8_t*>(host), bytes);
-  for (int s = 1; s < sets; ++s) {
-    CUDA_CHECK(cudaMemcpy(d.get() + bytes * static_cast<std::size_t>(s), d.get(), bytes, cudaMemcpyDeviceToDevice));
-  }
-  return d;
-}
+using cuda::upload_sets;
 
 void check_set(int set, int sets, const char* what) {
   if (set < 0 || set >= sets) {

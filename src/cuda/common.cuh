@@ -187,6 +187,17 @@ class Event {
   cudaEvent_t event_ = nullptr;
 };
 
+// `sets` copies of `bytes` host bytes, back to back on the device: set s starts at s * bytes (the
+// rotating input sets of the timing harness). One upload, then device-to-device copies.
+inline DeviceBuffer<std::uint8_t> upload_sets(const void* host, std::size_t bytes, int sets) {
+  DeviceBuffer<std::uint8_t> d(bytes * static_cast<std::size_t>(sets));
+  d.upload(static_cast<const std::uint8_t*>(host), bytes);
+  for (int s = 1; s < sets; ++s) {
+    CUDA_CHECK(cudaMemcpy(d.get() + bytes * static_cast<std::size_t>(s), d.get(), bytes, cudaMemcpyDeviceToDevice));
+  }
+  return d;
+}
+
 inline unsigned int grid_size_1d(std::int64_t n, unsigned int block) {
   const std::int64_t blocks = (n + block - 1) / block;
   return static_cast<unsigned int>(blocks < 1 ? 1 : blocks);

@@ -200,6 +200,14 @@ struct ShuffledWeight {
 // than the shape says, or a scale byte is the E4M3 NaN (0x7F / 0xFF), naming its row and block.
 ShuffledWeight shuffle_weight_for_decode(const Nvfp4Matrix& w, Math math);
 
+// The two pieces of the shuffled layout, for other packings of the same words (the prefill
+// kernels' chunks). encode_scale_multiplier: the byte scale_pair decodes, for the magnitude of
+// a non-NaN E4M3 scale (0 for a zero scale; the caller folds a negative scale's sign into the
+// codes). pack_shuffled_word: the word of one (lane, step) from its 8 codes, code[reg][half]
+// (register reg of the mma A fragment, half 0 the lower column), each a 4-bit E2M1 code.
+std::uint8_t encode_scale_multiplier(std::uint8_t e4m3, Math math);
+std::uint32_t pack_shuffled_word(Math math, const std::uint8_t (&code)[4][2]);
+
 // Shuffled-layout positions, for the kernels and tests.
 FP4GAP_HD constexpr std::int64_t shuffled_window_index(std::int64_t nt, std::int64_t window, std::int64_t k_windows) {
   return nt * k_windows + window;

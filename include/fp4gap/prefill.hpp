@@ -120,21 +120,22 @@ FP4GAP_HD constexpr KRange split_k_range(std::int64_t k_blocks, int split_k, int
 //   codes:  4 KB, one 32-bit word per (warpgroup wg, thread tid of the warpgroup, k16 step j) at
 //           byte ((wg * 128 + tid) * 4 + j) * 4, so each consumer thread loads its 4 words with
 //           one 16-byte load. The word holds the 8 codes of the thread's wgmma A fragment for
-//           step j: with warp w = tid / 32, g = (tid % 32) / 4, t = tid % 4, rows
-//           r0 = 64 wg + 16 w + g and r1 = r0 + 8 of the chunk, and k = 16 j:
-//             byte 0 = packed byte (r0, k/2 + t)      codes of columns k+2t, k+2t+1
-//             byte 1 = packed byte (r1, k/2 + t)
-//             byte 2 = packed byte (r0, k/2 + 4 + t)  codes of columns k+2t+8, k+2t+9
-//             byte 3 = packed byte (r1, k/2 + 4 + t)
-//           (a "packed byte" is the SPEC packing: even column in the low nibble).
-//   scales: 512 bytes at kChunkCodeBytes, [128 rows][4 scale blocks] E4M3, row-major.
+//           step j (with warp w = tid / 32, g = (tid % 32) / 4, t = tid % 4: register reg is row
+//           r0 + 8 (reg & 1), r0 = 64 wg + 16 w + g, columns 16 j + 2t + 8 (reg >> 1) + {0, 1}) as
+//           decode::pack_shuffled_word(w4a16) arranges them, so decode::unpack_shuffled_word
+//           gives the 4 registers as e2m1 * 2^-126 in 11 integer operations. A zero-scale block
+//           has zero codes; a negative scale's sign is folded into its codes.
+//   scales: 512 bytes at kChunkCodeBytes, [128 rows][4 scale blocks] of
+//           decode::encode_scale_multiplier(e4m3, w4a16) bytes, row-major: decode::scale_pair
+//           turns one into the bf16 pair scale * 2^119, and the product with the codes is
+//           e2m1 * scale * 2^-7, exact. The kernels multiply alpha by 2^7 in the epilogue.
 struct PackedWeights {
   std::int64_t n = 0, k = 0;
   std::int64_t n_tiles = 0, k_blocks = 0;
   std::vector<std::uint8_t> bytes;
 };
-// Accepts either scale layout. Throws InvalidArgument when cols % 16 != 0 or the arrays are
-// shorter than the shape says.
+// Accepts either scale layout. Throws InvalidArgument when cols % 16 != 0, the arrays are
+// shorter than the shape says, or a scale byte is the E4M3 NaN (naming its row and block).
 PackedWeights pack_weights(const Nvfp4Matrix& w);
 
 FP4GAP_HD constexpr std::int64_t chunk_offset(std::int64_t nt, std::int64_t kb, std::int64_t k_blocks) {

@@ -9,10 +9,7 @@
 
 namespace fp4gap::decode {
 
-namespace {
-
-// The scale multiplier's encoded byte (see scale_pair) of the magnitude of a non-NaN E4M3 scale.
-std::uint8_t encode_scale(std::uint8_t e4m3, Math math) {
+std::uint8_t encode_scale_multiplier(std::uint8_t e4m3, Math math) {
   const float magnitude = e4m3_to_float(static_cast<std::uint8_t>(e4m3 & 0x7Fu));
   if (magnitude == 0.0f) return 0;
   if (math == Math::w4a16) {
@@ -26,7 +23,17 @@ std::uint8_t encode_scale(std::uint8_t e4m3, Math math) {
   return static_cast<std::uint8_t>(bits >> 7);
 }
 
-}  // namespace
+std::uint32_t pack_shuffled_word(Math math, const std::uint8_t (&code)[4][2]) {
+  std::uint32_t word = 0;
+  for (int reg = 0; reg < 4; ++reg) {
+    for (int half = 0; half < 2; ++half) {
+      for (int bit = 0; bit < 4; ++bit) {
+        if ((code[reg][half] >> bit) & 1u) word |= 1u << shuffled_bit_position(math, reg, half, bit);
+      }
+    }
+  }
+  return word;
+}
 
 ShuffledWeight shuffle_weight_for_decode(const Nvfp4Matrix& w, Math math) {
   if (w.rows < 1 || w.cols < 1 || w.cols % 32 != 0) {
@@ -83,10 +90,10 @@ ShuffledWeight shuffle_weight_for_decode(const Nvfp4Matrix& w, Math math) {
           const std::int64_t row = nt * kTileRows + g + 8 * (b & 1);
           const std::int64_t kb = win * (kWindowK / kBlockSize) + 2 * t + (b >> 1);
           scale_bytes_of_lane[b] = scale_at(row, kb);
-          scales[lane * 4 + b] = encode_scale(scale_bytes_of_lane[b], math);
+          scales[lane * 4 + b] = encode_scale_multiplier(scale_bytes_of_lane[b], math);
         }
         for (int step = 0; step < 8; ++step) {
-          std::uint32_t word = 0;
+          std::uint8_t code[4][2] = {};
           for (int reg = 0; reg < 4; ++reg) {
             const std::int64_t row = nt * kTileRows + g + 8 * (reg & 1);
             const std::uint8_t sb = scale_bytes_of_lane[(reg & 1) + 2 * (step / 4)];
@@ -95,13 +102,10 @@ ShuffledWeight shuffle_weight_for_decode(const Nvfp4Matrix& w, Math math) {
               // Zero-scale blocks give zero codes; a negative scale's sign moves into the code.
               if (row >= w.rows || col >= w.cols || (sb & 0x7Fu) == 0) continue;
               const std::uint8_t byte = w.codes[static_cast<std::size_t>(row * (w.cols / 2) + col / 2)];
-              std::uint8_t code = (col % 2 == 0) ? (byte & 0xFu) : (byte >> 4);
-              if (sb & 0x80u) code ^= 0x8u;
-              for (int bit = 0; bit < 4; ++bit) {
-                if ((code >> bit) & 1u) word |= 1u << shuffled_bit_position(math, reg, half, bit);
-              }
+              code[reg][half] = static_cast<std::uint8_t>(((col % 2 == 0) ? (byte & 0xFu) : (byte >> 4)) ^ ((sb & 0x80u) >> 4));
             }
           }
+          const std::uint32_t word = pack_shuffled_word(math, code);
           const int at = (step / 4) * 512 + lane * 16 + (step % 4) * 4;
           for (int b = 0; b < 4; ++b) codes[at + b] = static_cast<std::uint8_t>(word >> (8 * b));
         }

@@ -1,10 +1,13 @@
 // Packs an NVFP4 weight into the chunk layout the Hopper prefill kernels read (prefill.hpp):
-// a byte shuffle, done once when the weight is prepared, so that every consumer thread loads its
-// wgmma A fragment codes with one 16-byte shared-memory load and each chunk is one bulk copy.
+// a bit shuffle, done once when the weight is prepared, so that every consumer thread loads its
+// wgmma A fragment codes with one 16-byte shared-memory load, each chunk is one bulk copy, and
+// each word is the decode kernels' shuffled word (11 integer operations per 8 values to unpack).
 #include <cstdint>
+#include <cstring>
 #include <sstream>
 #include <vector>
 
+#include "fp4gap/decode.hpp"
 #include "fp4gap/prefill.hpp"
 
 namespace fp4gap::prefill {
@@ -33,10 +36,27 @@ PackedWeights pack_weights(const Nvfp4Matrix& w) {
   p.bytes.assign(static_cast<std::size_t>(p.n_tiles * p.k_blocks * kChunkBytes), 0);
 
   const std::int64_t row_bytes = w.cols / 2;
-  // Packed byte `kbyte` (two codes) of weight row `row`; zero outside the matrix.
-  auto code_byte = [&](std::int64_t row, std::int64_t kbyte) -> std::uint8_t {
-    if (row >= w.rows || kbyte >= row_bytes) return 0;
-    return w.codes[static_cast<std::size_t>(row * row_bytes + kbyte)];
+  const std::int64_t scale_blocks = w.cols / kBlockSize;
+  // The E4M3 scale of (row, 16-column block); zero outside the matrix; a NaN byte is refused (the
+  // multiplier encoding has no NaN).
+  auto scale_at = [&](std::int64_t row, std::int64_t kblock) -> std::uint8_t {
+    if (row >= w.rows || kblock >= scale_blocks) return 0;
+    const std::uint8_t b = w.scales[static_cast<std::size_t>(scale_offset(w.layout, row, kblock, w.cols))];
+    if ((b & 0x7Fu) == 0x7Fu) {
+      std::ostringstream os;
+      os << "pack_weights: the weight scale is the E4M3 NaN byte at row " << row << ", block " << kblock
+         << " (columns " << kblock * kBlockSize << ".." << kblock * kBlockSize + kBlockSize - 1 << ")";
+      throw InvalidArgument(os.str());
+    }
+    return b;
+  };
+  // Code of (row, col) with its block scale's sign folded in, zero for a zero-scale block and
+  // outside the matrix (the multiplier encoding has no zero and no sign).
+  auto code_at = [&](std::int64_t row, std::int64_t col, std::uint8_t scale) -> std::uint8_t {
+    if (row >= w.rows || col >= w.cols || (scale & 0x7Fu) == 0) return 0;
+    const std::uint8_t byte = w.codes[static_cast<std::size_t>(row * row_bytes + col / 2)];
+    const std::uint8_t code = (col % 2 == 0) ? (byte & 0xFu) : (byte >> 4);
+    return static_cast<std::uint8_t>(code ^ ((scale & 0x80u) >> 4));
   };
 
   for (std::int64_t nt = 0; nt < p.n_tiles; ++nt) {
@@ -46,24 +66,27 @@ PackedWeights pack_weights(const Nvfp4Matrix& w) {
         for (int tid = 0; tid < 128; ++tid) {
           const int warp = tid / 32, g = (tid % 32) / 4, t = tid % 4;
           const std::int64_t r0 = nt * kBlockN + 64 * wg + 16 * warp + g;
-          const std::int64_t r1 = r0 + 8;
           for (int j = 0; j < kBlockK / 16; ++j) {
-            const std::int64_t kbyte = (kb * kBlockK + 16 * j) / 2;
-            std::uint8_t* word = chunk + chunk_code_word_offset(wg, tid, j);
-            word[0] = code_byte(r0, kbyte + t);
-            word[1] = code_byte(r1, kbyte + t);
-            word[2] = code_byte(r0, kbyte + 4 + t);
-            word[3] = code_byte(r1, kbyte + 4 + t);
+            // Step j is 16-column block kb * 4 + j; fragment register reg holds row r0 + 8 (reg & 1),
+            // columns c0 + 8 (reg >> 1) + half (PTX wgmma A fragment, m16n8k16 layout per warp).
+            const std::int64_t kblock = kb * (kBlockK / kBlockSize) + j;
+            const std::int64_t c0 = kblock * kBlockSize + 2 * t;
+            const std::uint8_t scale[2] = {scale_at(r0, kblock), scale_at(r0 + 8, kblock)};
+            std::uint8_t code[4][2];
+            for (int reg = 0; reg < 4; ++reg) {
+              for (int half = 0; half < 2; ++half) {
+                code[reg][half] = code_at(r0 + 8 * (reg & 1), c0 + 8 * (reg >> 1) + half, scale[reg & 1]);
+              }
+            }
+            const std::uint32_t word = decode::pack_shuffled_word(decode::Math::w4a16, code);
+            std::memcpy(chunk + chunk_code_word_offset(wg, tid, j), &word, 4);
           }
         }
       }
       for (int row = 0; row < kBlockN; ++row) {
-        const std::int64_t grow = nt * kBlockN + row;
         for (int j = 0; j < kBlockK / kBlockSize; ++j) {
-          const std::int64_t kblock = kb * (kBlockK / kBlockSize) + j;  // 16-element scale block
-          if (grow >= w.rows || kblock * kBlockSize >= w.cols) continue;
-          chunk[chunk_scale_offset(row, j)] =
-              w.scales[static_cast<std::size_t>(scale_offset(w.layout, grow, kblock, w.cols))];
+          chunk[chunk_scale_offset(row, j)] = decode::encode_scale_multiplier(
+              scale_at(nt * kBlockN + row, kb * (kBlockK / kBlockSize) + j), decode::Math::w4a16);
         }
       }
     }

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <vector>
 
+#include "fp4gap/decode.hpp"
 #include "fp4gap/format.hpp"
 #include "fp4gap/numeric.hpp"
 #include "fp4gap/prefill.hpp"
@@ -61,11 +62,16 @@ void check_packing(std::int64_t n, std::int64_t k, std::uint32_t seed) {
           for (int j = 0; j < kBlockK / 16; ++j) {
             std::uint32_t q;
             std::memcpy(&q, chunk + chunk_code_word_offset(wg, tid, j), 4);
-            std::uint32_t regs[4];
-            dequant_e2m1x8_bf16(q, e4m3_to_bf16x2((scales_lo >> (8 * j)) & 0xFFu),
-                                e4m3_to_bf16x2((scales_hi >> (8 * j)) & 0xFFu), regs);
+            // The kernel's arithmetic, verbatim (prefill_gemm.cu, consume()).
+            std::uint32_t v[4], regs[4];
+            decode::unpack_shuffled_word<decode::Math::w4a16>(q, v);
+            const std::uint32_t scale[2] = {decode::scale_pair<decode::Math::w4a16>(scales_lo, j),
+                                            decode::scale_pair<decode::Math::w4a16>(scales_hi, j)};
+            for (int r = 0; r < 4; ++r) regs[r] = decode::multiply_pair<decode::Math::w4a16>(v[r], scale[r & 1]);
             for (int i = 0; i < 8; ++i) {
-              const float got = bf16_to_float(static_cast<std::uint16_t>((regs[i / 2] >> (16 * (i % 2))) & 0xFFFFu));
+              // The registers hold e2m1 * scale * 2^-7 (the epilogue multiplies alpha by 2^7).
+              const float got =
+                  bf16_to_float(static_cast<std::uint16_t>((regs[i / 2] >> (16 * (i % 2))) & 0xFFFFu)) * 128.0f;
               const std::int64_t row = nt * kBlockN + 64 * wg + 16 * warp + fragment_row(lane, i);
               const std::int64_t col = kb * kBlockK + 16 * j + fragment_col(lane, i);
               if (row >= n || col >= k) {
@@ -98,6 +104,50 @@ TEST(PrefillWeights, PartialTilesArePaddedWithZeros) {
   check_packing(1, 32, 3);     // one row, half a K block
   check_packing(200, 96, 4);   // N % 128 != 0, K % 64 == 32
   check_packing(130, 160, 5);
+}
+
+// Scale bytes quantize never writes but the format allows: zero (its block must read as zeros)
+// and negative (its sign goes into the codes); and the NaN byte, refused with its position.
+TEST(PrefillWeights, ZeroNegativeAndNanScales) {
+  Nvfp4Matrix w = random_weight(130, 64, 8);
+  w.scales[static_cast<std::size_t>(3 * 4 + 1)] = 0x00;                      // row 3, block 1: zero
+  w.scales[static_cast<std::size_t>(129 * 4 + 2)] |= 0x80;                   // row 129, block 2: negative
+  const std::vector<float> values = dequantize_nvfp4_unscaled(w);
+  const PackedWeights p = pack_weights(w);
+  // Element (row, col) through the kernel's arithmetic: chunk, warpgroup, thread, step, register.
+  auto kernel_value = [&](std::int64_t row, std::int64_t col) {
+    const std::int64_t nt = row / kBlockN, kb = col / kBlockK;
+    const int r = static_cast<int>(row % kBlockN), c = static_cast<int>(col % kBlockK);
+    const int wg = r / 64, warp = (r % 64) / 16, g = r % 8, upper = (r % 16) / 8;
+    const int j = c / 16, t = (c % 8) / 2, reg = upper + 2 * ((c % 16) / 8), half = c % 2;
+    const std::uint8_t* chunk = p.bytes.data() + chunk_offset(nt, kb, p.k_blocks);
+    std::uint32_t q, s;
+    std::memcpy(&q, chunk + chunk_code_word_offset(wg, warp * 32 + g * 4 + t, j), 4);
+    std::memcpy(&s, chunk + chunk_scale_offset(r, 0), 4);
+    std::uint32_t v[4];
+    decode::unpack_shuffled_word<decode::Math::w4a16>(q, v);
+    const std::uint32_t x = decode::multiply_pair<decode::Math::w4a16>(v[reg], decode::scale_pair<decode::Math::w4a16>(s, j));
+    return bf16_to_float(static_cast<std::uint16_t>(x >> (16 * half))) * 128.0f;
+  };
+  for (std::int64_t col = 16; col < 32; ++col) {
+    EXPECT_EQ(kernel_value(3, col), 0.0f) << "zero-scale block, col " << col;
+    EXPECT_EQ(values[static_cast<std::size_t>(3 * 64 + col)], 0.0f);
+  }
+  int nonzero = 0;
+  for (std::int64_t col = 32; col < 48; ++col) {
+    const float want = values[static_cast<std::size_t>(129 * 64 + col)];
+    EXPECT_EQ(float_bits(kernel_value(129, col)), float_bits(want)) << "negative-scale block, col " << col;
+    nonzero += want != 0.0f;
+  }
+  EXPECT_GT(nonzero, 0) << "the negative-scale block must hold nonzero values for the check to mean anything";
+
+  w.scales[static_cast<std::size_t>(5 * 4 + 3)] = 0x7F;
+  try {
+    pack_weights(w);
+    FAIL() << "a NaN scale byte was packed";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("row 5, block 3"), std::string::npos) << e.what();
+  }
 }
 
 TEST(PrefillWeights, SwizzledScalesPackTheSameBytes) {

@@ -28,6 +28,7 @@
 #include "cuda/common.cuh"
 #include "cuda/prefill/prefill_gemm.cuh"
 #include "cuda/prefill/prefill_ptx.cuh"
+#include "fp4gap/decode.hpp"
 #include "fp4gap/prefill.hpp"
 
 namespace fp4gap::prefill {
@@ -203,8 +204,13 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
       const std::uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        dequant_e2m1x8_bf16(words[j], e4m3_to_bf16x2((scales_lo >> (8 * j)) & 0xFFu),
-                            e4m3_to_bf16x2((scales_hi >> (8 * j)) & 0xFFu), frag[b][j]);
+        // Step j's codes (e2m1 * 2^-126) times its rows' scale multipliers (scale * 2^119).
+        std::uint32_t v[4];
+        decode::unpack_shuffled_word<decode::Math::w4a16>(words[j], v);
+        const std::uint32_t scale[2] = {decode::scale_pair<decode::Math::w4a16>(scales_lo, j),
+                                        decode::scale_pair<decode::Math::w4a16>(scales_hi, j)};
+#pragma unroll
+        for (int r = 0; r < 4; ++r) frag[b][j][r] = decode::multiply_pair<decode::Math::w4a16>(v[r], scale[r & 1]);
       }
       // Every wgmma input (fragments, descriptors) is pinned before the fence: the compiler would
       // otherwise sink its computation between the wgmmas, and ptxas then serializes the group
@@ -467,8 +473,10 @@ void launch_gemm(const Plan& plan, const CUtensorMap& act_map, const std::uint8_
   attr.val.clusterDim.z = 1;
   cfg.attrs = &attr;
   cfg.numAttrs = 1;
+  // The dequantized weight carries 2^-7 (prefill.hpp, packed layout): the epilogue gives it back.
+  const float kernel_alpha = static_cast<float>(static_cast<double>(alpha) * decode::kernel_alpha_factor(decode::Math::w4a16));
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel_for(plan.config), act_map, packed, out, out_type, static_cast<int>(m),
-                                static_cast<int>(n), static_cast<int>(plan.k_blocks), plan.split_k, alpha));
+                                static_cast<int>(n), static_cast<int>(plan.k_blocks), plan.split_k, kernel_alpha));
 }
 
 void launch_dequantize_bf16(const std::uint8_t* codes, const std::uint8_t* scales, std::uint16_t* out,

@@ -309,6 +309,18 @@ struct Tile {
     }
   }
 
+  // After the main loop (shared memory free): k-part reduction, split-K reduction, output. Every
+  // thread of the block calls it; `last_flag` is a free int of shared memory.
+  __device__ void finish(float (&acc)[MT][NT][4], int* last_flag) const {
+    if constexpr (WK > 1) reduce_k_parts(acc);
+    if (p.split_k > 1) {
+      if (!reduce_partials(acc, last_flag)) return;
+    } else if (k_part != 0) {
+      return;
+    }
+    store_output(acc);
+  }
+
   __device__ void store_output(const float (&acc)[MT][NT][4]) const {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
@@ -466,13 +478,7 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_gemm_kernel(con
     if (c + 1 < range.end) step(c + 1, regs[1], regs[0], 1);
   }
 
-  if constexpr (WK > 1) tile.reduce_k_parts(acc);
-  if (p.split_k > 1) {
-    if (!tile.reduce_partials(acc, reinterpret_cast<int*>(smem + T::kFlagOffset))) return;
-  } else if (tile.k_part != 0) {
-    return;
-  }
-  tile.store_output(acc);
+  tile.finish(acc, reinterpret_cast<int*>(smem + T::kFlagOffset));
 }
 
 // ---- The streaming kernel (TileConfig::stages > 0, W4A16, shuffled weight) ----
@@ -610,13 +616,7 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_stream_kernel(c
   cp_async_wait<0>();
   __syncthreads();  // the reductions reuse the rings
 
-  if constexpr (WK > 1) tile.reduce_k_parts(acc);
-  if (p.split_k > 1) {
-    if (!tile.reduce_partials(acc, reinterpret_cast<int*>(smem + kFlagOffset))) return;
-  } else if (tile.k_part != 0) {
-    return;
-  }
-  tile.store_output(acc);
+  tile.finish(acc, reinterpret_cast<int*>(smem + kFlagOffset));
 }
 
 }  // namespace fp4gap::decode::device

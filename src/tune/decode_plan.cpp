@@ -73,6 +73,7 @@ const std::vector<TileConfig>& tile_configs() {
       {1, 1, 8, 8, 1, 2, 4},  // M <= 8:  16 rows x 8 k parts, 2 x 8 warps x 3 windows ahead per SM
       {2, 1, 8, 8, 1, 2, 3},  // M <= 8:  32 rows x 8 k parts
       {1, 1, 4, 4, 1, 4, 4},  // M <= 8:  16 rows x 4 k parts, 4 blocks per SM
+      {1, 1, 16, 16, 1, 1, 3},  // M <= 8:  16 rows x 16 k parts: 4 warps per scheduler at N = 2048
       {1, 2, 4, 4, 1, 3, 3},  // M <= 16: 16 rows x 4 k parts
       {2, 2, 4, 4, 1, 2, 3},  // M <= 16: 32 rows: half the activation reads per weight byte
       // (4 m16 tiles per warp and M <= 32 variants were swept in run 5 and never won: removed.)

@@ -44,15 +44,16 @@ constexpr Instantiation instantiate_streaming() {
 }
 
 // Same order as tile_configs() (src/tune/decode_plan.cpp); checked at first use.
-const std::array<Instantiation, 16>& instantiations() {
-  static const std::array<Instantiation, 16> list = {
+const std::array<Instantiation, 17>& instantiations() {
+  static const std::array<Instantiation, 17> list = {
       instantiate<1, 1, 8, 8, 2, 2>(), instantiate<1, 1, 8, 4, 2, 2>(), instantiate<1, 1, 4, 1, 2, 4>(),
       instantiate<1, 2, 8, 8, 1, 2>(), instantiate<1, 2, 8, 4, 2, 2, 1>(), instantiate<1, 2, 4, 1, 2, 4>(),
       instantiate<1, 4, 8, 2, 2, 2, 1>(),
       instantiate<1, 4, 4, 1, 2, 3>(), instantiate<2, 4, 4, 1, 1, 2>(), instantiate<2, 8, 4, 1, 1, 2>(),
       instantiate<2, 8, 8, 1, 1, 1>(),
       instantiate_streaming<1, 1, 8, 8, 2, 4>(), instantiate_streaming<2, 1, 8, 8, 2, 3>(),
-      instantiate_streaming<1, 1, 4, 4, 4, 4>(), instantiate_streaming<1, 2, 4, 4, 3, 3>(),
+      instantiate_streaming<1, 1, 4, 4, 4, 4>(), instantiate_streaming<1, 1, 16, 16, 1, 3>(),
+      instantiate_streaming<1, 2, 4, 4, 3, 3>(),
       instantiate_streaming<2, 2, 4, 4, 2, 3>(),
   };
   static const bool checked = [] {

@@ -58,19 +58,20 @@ __device__ __forceinline__ std::uint32_t load_u16(const void* p) {
   return __ldg(static_cast<const unsigned short*>(p));
 }
 
-__device__ __forceinline__ void cp_async_16(void* smem, const void* global, bool valid) {
-  const auto s = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem));
-  // src-size 0 writes 16 zero bytes without reading.
+// cp.async to a shared-memory address (converted once, outside loops); src-size 0 (valid false)
+// writes 16 zero bytes without reading. The .ca (L1-allocating) ones serve the activation window
+// a warp copies, which the warps of the other row groups of the block (same k part) read shortly
+// after.
+__device__ __forceinline__ void cp_async_shared_16(std::uint32_t s, const void* global, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(global), "r"(valid ? 16 : 0) : "memory");
 }
-// L1-allocating variants: the activation window a warp copies is read by the warps of the other
-// row groups of the block (same k part) shortly after.
-__device__ __forceinline__ void cp_async_ca_16(void* smem, const void* global, bool valid) {
-  const auto s = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem));
+__device__ __forceinline__ void cp_async_16(void* smem, const void* global, bool valid) {
+  cp_async_shared_16(static_cast<std::uint32_t>(__cvta_generic_to_shared(smem)), global, valid);
+}
+__device__ __forceinline__ void cp_async_shared_ca_16(std::uint32_t s, const void* global, bool valid) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(global), "r"(valid ? 16 : 0) : "memory");
 }
-__device__ __forceinline__ void cp_async_ca_4(void* smem, const void* global) {
-  const auto s = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem));
+__device__ __forceinline__ void cp_async_shared_ca_4(std::uint32_t s, const void* global) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(global) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
@@ -243,14 +244,17 @@ struct Tile {
       // fragments in one 16-byte shared load.
       compute_window(r, wi, [&](int j, int pair) {
         return *reinterpret_cast<const uint4*>(act + (j * 8 + g) * kRowBytes + ((k_part * G + wi) * 4 + t) * 80 + pair * 16);
-      }, acc);
+      }, acc, acc);
     }
   }
 
   // Window wi of the registers: 8 mma steps of k16 per m16 x n8 tile. b_of(j, pair) returns the
   // B fragments of steps 2 * pair and 2 * pair + 1 for activation tile j (x, y: the first step).
+  // The even steps accumulate into acc, the odd ones into acc_odd: two independent mma chains
+  // where the caller passes two arrays (it may pass the same one twice: one chain).
   template <class BFragments>
-  __device__ void compute_window(const WeightRegs<MT, G>& r, int wi, const BFragments& b_of, float (&acc)[MT][NT][4]) const {
+  __device__ void compute_window(const WeightRegs<MT, G>& r, int wi, const BFragments& b_of, float (&acc)[MT][NT][4],
+                                 float (&acc_odd)[MT][NT][4]) const {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {  // steps 4h .. 4h+3 use scale block 2t + h
       std::uint32_t scale[MT][2];  // rows g, g + 8
@@ -298,11 +302,23 @@ struct Tile {
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
             mma_16816<M>(acc[mt][j], frag[mt][0], b.x, b.y);
-            mma_16816<M>(acc[mt][j], frag[mt][1], b.z, b.w);
+            mma_16816<M>(acc_odd[mt][j], frag[mt][1], b.z, b.w);
           }
         }
       }
     }
+  }
+
+  // After the main loop (shared memory free): k-part reduction, split-K reduction, output. Every
+  // thread of the block calls it; `last_flag` is a free int of shared memory.
+  __device__ void finish(float (&acc)[MT][NT][4], int* last_flag) const {
+    if constexpr (WK > 1) reduce_k_parts(acc);
+    if (p.split_k > 1) {
+      if (!reduce_partials(acc, last_flag)) return;
+    } else if (k_part != 0) {
+      return;
+    }
+    store_output(acc);
   }
 
   __device__ void store_output(const float (&acc)[MT][NT][4]) const {
@@ -462,13 +478,7 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_gemm_kernel(con
     if (c + 1 < range.end) step(c + 1, regs[1], regs[0], 1);
   }
 
-  if constexpr (WK > 1) tile.reduce_k_parts(acc);
-  if (p.split_k > 1) {
-    if (!tile.reduce_partials(acc, reinterpret_cast<int*>(smem + T::kFlagOffset))) return;
-  } else if (tile.k_part != 0) {
-    return;
-  }
-  tile.store_output(acc);
+  tile.finish(acc, reinterpret_cast<int*>(smem + T::kFlagOffset));
 }
 
 // ---- The streaming kernel (TileConfig::stages > 0, W4A16, shuffled weight) ----
@@ -504,31 +514,57 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_stream_kernel(c
   // Slots of tiles past N and activation rows >= M are not written: what they hold reaches only
   // output rows >= N and columns >= M, which are never stored. Columns past K are zero-filled
   // (their weight codes are zero, and 0 * Inf would be NaN).
-  auto issue = [&](std::int64_t c, int slot) {
-    const std::int64_t window = tile.window_of(c, 0);
-    if (c < range.end && window < p.k_windows) {
-      unsigned char* s = ring + slot * Slot::kBytes;
+  // Loop invariants of the copies, hoisted: every source advances by k_warps windows per chunk,
+  // so an issue is a few adds and its cp.asyncs (the first version recomputed the 64-bit
+  // shuffled-window index and every address per window: ~100 of its ~285 instructions).
+  const std::int64_t window0 = tile.window_of(range.begin, 0);
+  const std::uint32_t ring_lane = static_cast<std::uint32_t>(__cvta_generic_to_shared(ring)) + lane * 16;
+  const std::uint32_t ring_scale = static_cast<std::uint32_t>(__cvta_generic_to_shared(ring)) + kWindowCodeBytes + lane * 4;
+  const unsigned char* code_src[MT];
+  const unsigned char* scale_src[MT];
+  bool tile_live[MT];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    const std::int64_t tile_index = tile.warp_row0 / kTileRows + mt;
+    tile_live[mt] = tile_index < p.n_tiles;
+    const std::int64_t w = shuffled_window_index(tile_live[mt] ? tile_index : 0, window0, p.k_windows);
+    code_src[mt] = p.w_codes + w * kWindowCodeBytes + lane * 16;
+    scale_src[mt] = p.w_scales + w * kWindowScaleBytes + lane * 4;
+  }
+  const std::uint16_t* act_src[NT];
+  bool row_live[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const std::int64_t row = 8 * j + tile.g;
+    row_live[j] = row < p.m;
+    act_src[j] = a + (row_live[j] ? row : 0) * p.k + window0 * kWindowK + 32 * tile.t;
+  }
+
+  // Iteration i (chunk range.begin + i) into ring slot `slot`.
+  auto issue = [&](std::int64_t i, int slot) {
+    const std::int64_t window = window0 + i * WK;
+    if (range.begin + i < range.end && window < p.k_windows) {
+      const std::uint32_t s = ring_lane + slot * Slot::kBytes;
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
-        const std::int64_t tile_index = tile.warp_row0 / kTileRows + mt;
-        if (tile_index < p.n_tiles) {
-          const std::int64_t w = shuffled_window_index(tile_index, window, p.k_windows);
-          unsigned char* d = s + mt * (kWindowCodeBytes + kWindowScaleBytes);
-          cp_async_16(d + lane * 16, p.w_codes + w * kWindowCodeBytes + lane * 16, true);
-          cp_async_16(d + 512 + lane * 16, p.w_codes + w * kWindowCodeBytes + 512 + lane * 16, true);
-          cp_async_ca_4(d + kWindowCodeBytes + lane * 4, p.w_scales + w * kWindowScaleBytes + lane * 4);
+        if (tile_live[mt]) {
+          const unsigned char* c = code_src[mt] + i * (WK * kWindowCodeBytes);
+          const std::uint32_t d = s + mt * (kWindowCodeBytes + kWindowScaleBytes);
+          cp_async_shared_16(d, c, true);
+          cp_async_shared_16(d + 512, c + 512, true);
+          cp_async_shared_ca_4(ring_scale + slot * Slot::kBytes + mt * (kWindowCodeBytes + kWindowScaleBytes),
+                               scale_src[mt] + i * (WK * kWindowScaleBytes));
         }
       }
-      const std::int64_t col0 = window * kWindowK + 32 * tile.t;
-      const bool valid = col0 < p.k;
+      const bool valid = window * kWindowK + 32 * tile.t < p.k;
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
-        const std::int64_t row = 8 * j + tile.g;
-        if (row < p.m) {
+        if (row_live[j]) {
+          const std::uint16_t* src = act_src[j] + i * (WK * kWindowK);
 #pragma unroll
           for (int q = 0; q < 4; ++q) {
-            cp_async_ca_16(s + Slot::kWeightBytes + (j * 4 + q) * 512 + lane * 16, valid ? a + row * p.k + col0 + 8 * q : a,
-                           valid);
+            // Past K the source is not read (src-size 0), so it need not be a valid address.
+            cp_async_shared_ca_16(s + Slot::kWeightBytes + (j * 4 + q) * 512, src + 8 * q, valid);
           }
         }
       }
@@ -536,22 +572,22 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_stream_kernel(c
     cp_async_commit();  // also when empty: the group count stays uniform for cp_async_wait
   };
 
-  float acc[MT][NT][4];
+  float acc[MT][NT][4], acc_odd[MT][NT][4];  // even and odd mma steps: two dependency chains
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[mt][j][e] = 0.0f;
+      for (int e = 0; e < 4; ++e) acc[mt][j][e] = acc_odd[mt][j][e] = 0.0f;
     }
   }
 
 #pragma unroll
-  for (int s = 0; s < S - 1; ++s) issue(range.begin + s, s);
+  for (int s = 0; s < S - 1; ++s) issue(s, s);
   int slot = 0;
   for (std::int64_t c = range.begin; c < range.end; ++c) {
     // The slot refilled here was read in the previous iteration, whose mma consumed those loads.
-    issue(c + S - 1, slot == 0 ? S - 1 : slot - 1);
+    issue(c - range.begin + S - 1, slot == 0 ? S - 1 : slot - 1);
     cp_async_wait<S - 1>();
     if (tile.window_of(c, 0) < p.k_windows) {  // uniform per warp
       const unsigned char* s = ring + slot * Slot::kBytes;
@@ -565,20 +601,22 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_stream_kernel(c
       }
       tile.compute_window(r, 0, [&](int j, int pair) {
         return *reinterpret_cast<const uint4*>(s + Slot::kWeightBytes + (j * 4 + pair) * 512 + lane * 16);
-      }, acc);
+      }, acc, acc_odd);
     }
     slot = slot + 1 == S ? 0 : slot + 1;
+  }
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][j][e] += acc_odd[mt][j][e];
+    }
   }
   cp_async_wait<0>();
   __syncthreads();  // the reductions reuse the rings
 
-  if constexpr (WK > 1) tile.reduce_k_parts(acc);
-  if (p.split_k > 1) {
-    if (!tile.reduce_partials(acc, reinterpret_cast<int*>(smem + kFlagOffset))) return;
-  } else if (tile.k_part != 0) {
-    return;
-  }
-  tile.store_output(acc);
+  tile.finish(acc, reinterpret_cast<int*>(smem + kFlagOffset));
 }
 
 }  // namespace fp4gap::decode::device

@@ -1,6 +1,7 @@
 #pragma once
 // Entry points of the CUDA library (fp4gap_cuda) that host-side code (the CLI) calls.
 // Everything here works on a machine without a GPU: it reports the absence, never crashes.
+#include <cstddef>
 #include <string>
 
 #include "fp4gap/backend.hpp"
@@ -15,5 +16,10 @@ void register_cuda_backends();  // idempotent; adds every GPU backend to the reg
 // kernel; the higher is the memory roof) and cuBLAS BF16 / cuBLASLt FP8 rates at a large shape.
 // Throws RuntimeError when no device is available.
 Ceilings measure_ceilings(const DeviceContext& device);
+
+// Enqueues the copy kernel that measure_ceilings times (16-byte vectors, 8 thread blocks per SM)
+// on `stream` (a cudaStream_t), so other commands can time a copy of the bytes they move.
+// src, dst and bytes must be multiples of 16 (InvalidArgument otherwise, quoting them).
+void launch_copy(const void* src, void* dst, std::size_t bytes, const DeviceContext& device, void* stream);
 
 }  // namespace fp4gap

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <ctime>
 #include <functional>
 #include <sstream>
@@ -206,6 +207,19 @@ std::string today() {
 }
 
 }  // namespace
+
+void launch_copy(const void* src, void* dst, std::size_t bytes, const DeviceContext& device, void* stream) {
+  const auto misaligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % sizeof(int4) != 0; };
+  if (misaligned(src) || misaligned(dst) || bytes % sizeof(int4) != 0) {
+    std::ostringstream os;
+    os << "launch_copy: src, dst and bytes must be multiples of 16 (the copy moves 16-byte vectors): src " << src
+       << ", dst " << dst << ", bytes " << bytes;
+    throw InvalidArgument(os.str());
+  }
+  copy_kernel<<<grid_for(device), 256, 0, cuda::as_stream(stream)>>>(static_cast<const int4*>(src),
+                                                                      static_cast<int4*>(dst), bytes / sizeof(int4));
+  CUDA_CHECK_LAUNCH();
+}
 
 Ceilings measure_ceilings(const DeviceContext& device) {
   if (!device.available) throw RuntimeError("measure_ceilings needs a CUDA device: " + device.unavailable_reason);

@@ -1,6 +1,7 @@
 // time_launch / time_runner / measure_ceilings on the GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -171,6 +172,29 @@ TEST(Peak, CeilingsAreMeasuredAndFp4IsZeroBelowSm100) {
   std::printf("ceilings on %s: memory %.3f TB/s, bf16 %.1f TFLOP/s, fp8 %.1f TFLOP/s, fp4 %.1f TFLOP/s\n",
               gpu().name.c_str(), c.memory_bytes_per_s * 1e-12, c.bf16_flops_per_s * 1e-12, c.fp8_flops_per_s * 1e-12,
               c.fp4_flops_per_s * 1e-12);
+}
+
+TEST(Peak, LaunchCopyMovesEveryByteAndRefusesMisalignment) {
+  REQUIRE_GPU();
+  // An odd number of 16-byte vectors, not a multiple of the grid: the grid-stride tail is exercised.
+  constexpr std::size_t kBytes = 16 * 100003;
+  std::vector<std::uint8_t> host(kBytes);
+  for (std::size_t i = 0; i < kBytes; ++i) host[i] = static_cast<std::uint8_t>(i * 131 + (i >> 11));
+  cuda::DeviceBuffer<std::uint8_t> src(kBytes), dst(kBytes + 16);
+  src.upload(host);
+  dst.fill_bytes(0xAB);
+  launch_copy(src.get(), dst.get(), kBytes, gpu(), nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<std::uint8_t> got = dst.download();
+  EXPECT_TRUE(std::equal(host.begin(), host.end(), got.begin())) << "the copy differs from its source";
+  for (std::size_t i = kBytes; i < got.size(); ++i) ASSERT_EQ(got[i], 0xAB) << "byte " << i << " past the end written";
+  try {
+    launch_copy(src.get() + 8, dst.get(), 64, gpu(), nullptr);
+    FAIL() << "a source address % 16 != 0 must be refused";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("multiples of 16"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(launch_copy(src.get(), dst.get(), 24, gpu(), nullptr), InvalidArgument);
 }
 
 TEST(Peak, NoDeviceThrowsWithTheReason) {

@@ -61,4 +61,34 @@ int input_sets_for_cold_cache(double bytes_per_set, std::int64_t l2_bytes, int m
   return static_cast<int>(std::min(needed, static_cast<double>(max_sets)));
 }
 
+SamplePlan plan_samples(const TimingOptions& o, int input_sets, double launch_us) {
+  if (!(launch_us > 0.0) || !std::isfinite(launch_us)) {
+    std::ostringstream os;
+    os << "plan_samples: launch_us must be finite and > 0: " << launch_us;
+    throw InvalidArgument(os.str());
+  }
+  if (input_sets < 1 || o.graph_launches < 1 || o.graph_replays < 1 || o.event_samples < 1 || o.min_samples < 1 ||
+      !(o.budget_us_per_mode > 0.0)) {
+    std::ostringstream os;
+    os << "plan_samples: input_sets, graph_launches, graph_replays, event_samples, min_samples >= 1 and "
+          "budget_us_per_mode > 0 required: input_sets = "
+       << input_sets << ", graph_launches = " << o.graph_launches << ", graph_replays = " << o.graph_replays
+       << ", event_samples = " << o.event_samples << ", min_samples = " << o.min_samples
+       << ", budget_us_per_mode = " << o.budget_us_per_mode;
+    throw InvalidArgument(os.str());
+  }
+  // How many launches fit the budget, as a double: a budget over a tiny launch_us exceeds int.
+  const auto fitting = [&](double per_unit_us) { return std::floor(o.budget_us_per_mode / per_unit_us); };
+  const auto clamp_count = [](double v, int lo, int hi) {
+    return static_cast<int>(std::clamp(v, static_cast<double>(lo), static_cast<double>(std::max(lo, hi))));
+  };
+  SamplePlan plan;
+  // Launches per graph go first: they only amortize the graph launch, which a slow launch does not need.
+  plan.graph_launches = clamp_count(fitting(launch_us * o.graph_replays), input_sets, o.graph_launches);
+  plan.graph_replays = clamp_count(fitting(launch_us * plan.graph_launches), std::min(o.min_samples, o.graph_replays),
+                                   o.graph_replays);
+  plan.event_samples = clamp_count(fitting(launch_us), std::min(o.min_samples, o.event_samples), o.event_samples);
+  return plan;
+}
+
 }  // namespace fp4gap

@@ -172,8 +172,6 @@ Timing time_launch(const std::function<void(int set, void* stream)>& launch, int
   validate(options, input_sets, device);
   CUDA_CHECK(cudaSetDevice(device.ordinal));
   cuda::Stream stream;
-  // Every set is read once per replay, so the graph covers the whole rotation.
-  const int launches = std::max(options.graph_launches, input_sets);
   // 2x L2 of writes evicts everything the previous launch left in the cache. 256 MiB when the
   // L2 size is unknown (larger than any current L2).
   const std::int64_t flush_bytes = device.l2_bytes > 0 ? 2 * device.l2_bytes : (std::int64_t{256} << 20);
@@ -182,11 +180,22 @@ Timing time_launch(const std::function<void(int set, void* stream)>& launch, int
 
   for (int i = 0; i < options.warmup_launches; ++i) launch(i % input_sets, stream.as_void());
   stream.synchronize();
+  // One launch after the warm-up (which may include lazy loading) sizes the sample counts.
+  double launch_us = 0.0;
+  {
+    cuda::Event start, stop;
+    start.record(stream.get());
+    launch(0, stream.as_void());
+    stop.record(stream.get());
+    CUDA_CHECK(cudaEventSynchronize(stop.get()));
+    launch_us = std::max(1e-3, 1000.0 * static_cast<double>(stop.ms_since(start)));
+  }
+  const SamplePlan plan = plan_samples(options, input_sets, launch_us);
 
   Timing t;
-  t.graph = summarize_samples(graph_samples(launch, input_sets, launches, options.graph_replays, stream));
+  t.graph = summarize_samples(graph_samples(launch, input_sets, plan.graph_launches, plan.graph_replays, stream));
   const SmClock graph_clock = read_sm_clock(nvml_dev);
-  t.event = summarize_samples(event_samples(launch, input_sets, options.event_samples, flush, stream));
+  t.event = summarize_samples(event_samples(launch, input_sets, plan.event_samples, flush, stream));
   const SmClock event_clock = read_sm_clock(nvml_dev);
 
   // Floors: an empty kernel through exactly the same machinery.
@@ -194,7 +203,8 @@ Timing time_launch(const std::function<void(int set, void* stream)>& launch, int
   // At least one launch outside the capture: a lazily loaded module must not load during capture.
   for (int i = 0; i < std::max(1, options.warmup_launches); ++i) launch_empty(0, stream.as_void());
   stream.synchronize();
-  t.graph_floor_us = summarize_samples(graph_samples(empty, 1, launches, options.graph_replays, stream)).median_us;
+  t.graph_floor_us =
+      summarize_samples(graph_samples(empty, 1, options.graph_launches, options.graph_replays, stream)).median_us;
   t.event_floor_us = summarize_samples(event_samples(empty, 1, options.event_samples, flush, stream)).median_us;
 
   // The clock during the timed work: the lower of the readings taken right after each mode.

@@ -44,15 +44,34 @@ TEST(Timing, LaunchesRotateOverEverySetInBothModes) {
   o.graph_replays = 4;
   o.event_samples = 6;
   const Timing t = time_launch(launch, 5, gpu(), o);
-  // Warm-up i % 5 (i < 3), capture i % 5 (i < 8), event mode s % 5 (s < 6): enqueued once each.
-  EXPECT_EQ(total, 3 + 8 + 6);
-  EXPECT_EQ(calls[0], 1 + 2 + 2);
+  // Warm-up i % 5 (i < 3), one sizing launch of set 0, capture i % 5 (i < 8), event mode s % 5
+  // (s < 6): enqueued once each.
+  EXPECT_EQ(total, 3 + 1 + 8 + 6);
+  EXPECT_EQ(calls[0], 1 + 1 + 2 + 2);
   EXPECT_EQ(calls[1], 1 + 2 + 1);
   EXPECT_EQ(calls[2], 1 + 2 + 1);
   EXPECT_EQ(calls[3], 0 + 1 + 1);
   EXPECT_EQ(calls[4], 0 + 1 + 1);
   expect_ordered(t.graph, 4, "graph");
   expect_ordered(t.event, 6, "event");
+}
+
+TEST(Timing, ASlowLaunchGetsShortGraphsAndTheMinimumOfSamples) {
+  REQUIRE_GPU();
+  cuda::DeviceBuffer<std::uint8_t> scratch(3 * 4096);
+  int total = 0;
+  auto launch = [&](int set, void* stream) {
+    ++total;
+    CUDA_CHECK(cudaMemsetAsync(scratch.get() + 4096 * set, set, 4096, cuda::as_stream(stream)));
+  };
+  TimingOptions o;
+  o.warmup_launches = 2;
+  o.budget_us_per_mode = 1e-3;  // every launch is over budget
+  const Timing t = time_launch(launch, 3, gpu(), o);
+  // Warm-up 2, sizing 1, one graph of the 3 sets (captured once, replayed), min_samples events.
+  EXPECT_EQ(total, 2 + 1 + 3 + o.min_samples);
+  expect_ordered(t.graph, o.min_samples, "graph");
+  expect_ordered(t.event, o.min_samples, "event");
 }
 
 TEST(Timing, GraphCoversEverySetWhenSetsOutnumberLaunches) {

@@ -83,5 +83,53 @@ TEST(InputSetsForColdCache, RejectsBadArguments) {
   EXPECT_THROW(input_sets_for_cold_cache(10.0, 1024, 0), InvalidArgument);
 }
 
+TEST(PlanSamples, FastLaunchesKeepEveryCount) {
+  const TimingOptions o;  // 32 launches x 20 replays, 30 event samples, 0.2 s per mode
+  for (const double us : {1.0, 10.0, 300.0}) {
+    const SamplePlan p = plan_samples(o, 3, us);
+    EXPECT_EQ(p.graph_launches, 32) << us;
+    EXPECT_EQ(p.graph_replays, 20) << us;
+    EXPECT_EQ(p.event_samples, 30) << us;
+  }
+  // More input sets than launches: every set is read once per replay.
+  EXPECT_EQ(plan_samples(o, 40, 1.0).graph_launches, 40);
+}
+
+TEST(PlanSamples, SlowLaunchesShortenGraphsFirstThenSamples) {
+  const TimingOptions o;
+  // 1 ms: 200 ms / (1 ms x 20 replays) = 10 launches per graph, replays kept.
+  SamplePlan p = plan_samples(o, 2, 1000.0);
+  EXPECT_EQ(p.graph_launches, 10);
+  EXPECT_EQ(p.graph_replays, 20);
+  EXPECT_EQ(p.event_samples, 30);
+  // 20 ms: graphs down to the input sets, 200 / (20 x 2) = 5 replays, 10 event samples.
+  p = plan_samples(o, 2, 20000.0);
+  EXPECT_EQ(p.graph_launches, 2);
+  EXPECT_EQ(p.graph_replays, 5);
+  EXPECT_EQ(p.event_samples, 10);
+  // 2 s: the minimum of samples, whatever the budget says.
+  p = plan_samples(o, 1, 2e6);
+  EXPECT_EQ(p.graph_launches, 1);
+  EXPECT_EQ(p.graph_replays, o.min_samples);
+  EXPECT_EQ(p.event_samples, o.min_samples);
+  // Requested counts below the minimum stay as requested.
+  TimingOptions few;
+  few.graph_replays = 3;
+  few.event_samples = 2;
+  p = plan_samples(few, 1, 2e6);
+  EXPECT_EQ(p.graph_replays, 3);
+  EXPECT_EQ(p.event_samples, 2);
+}
+
+TEST(PlanSamples, RejectsBadArguments) {
+  const TimingOptions o;
+  EXPECT_THROW(plan_samples(o, 1, 0.0), InvalidArgument);
+  EXPECT_THROW(plan_samples(o, 1, std::numeric_limits<double>::infinity()), InvalidArgument);
+  EXPECT_THROW(plan_samples(o, 0, 10.0), InvalidArgument);
+  TimingOptions bad;
+  bad.min_samples = 0;
+  EXPECT_THROW(plan_samples(bad, 1, 10.0), InvalidArgument);
+}
+
 }  // namespace
 }  // namespace fp4gap

@@ -25,15 +25,16 @@ struct TimingOptions {
   int graph_launches = 32;   // launches captured in one graph (rotating input sets)
   int graph_replays = 20;    // samples of the graph mode
   int event_samples = 30;    // samples of the event mode
-  // A slow launch (a naive reference at M = 8192 takes ~2 s) is timed with fewer launches per
-  // graph, then fewer samples, so that each mode runs about this long; never fewer than
-  // min_samples samples (or the counts above, when those are smaller).
+  // A slow launch (a naive reference at M = 8192 takes ~2 s) is warmed up less and timed with
+  // fewer launches per graph, then fewer samples, so that each mode runs about this long; never
+  // fewer than min_samples samples (or the counts above, when those are smaller).
   double budget_us_per_mode = 2e5;
   int min_samples = 5;
 };
 
 // The counts time_launch uses for a launch measured at launch_us after warm-up (host logic).
 struct SamplePlan {
+  int more_warmup_launches = 0;  // after the first warm-up launch and the sizing launch
   int graph_launches = 0;  // >= input_sets: every set is read once per replay
   int graph_replays = 0;
   int event_samples = 0;

@@ -67,12 +67,12 @@ SamplePlan plan_samples(const TimingOptions& o, int input_sets, double launch_us
     os << "plan_samples: launch_us must be finite and > 0: " << launch_us;
     throw InvalidArgument(os.str());
   }
-  if (input_sets < 1 || o.graph_launches < 1 || o.graph_replays < 1 || o.event_samples < 1 || o.min_samples < 1 ||
+  if (input_sets < 1 || o.warmup_launches < 0 || o.graph_launches < 1 || o.graph_replays < 1 || o.event_samples < 1 || o.min_samples < 1 ||
       !(o.budget_us_per_mode > 0.0)) {
     std::ostringstream os;
-    os << "plan_samples: input_sets, graph_launches, graph_replays, event_samples, min_samples >= 1 and "
+    os << "plan_samples: warmup_launches >= 0, input_sets, graph_launches, graph_replays, event_samples, min_samples >= 1 and "
           "budget_us_per_mode > 0 required: input_sets = "
-       << input_sets << ", graph_launches = " << o.graph_launches << ", graph_replays = " << o.graph_replays
+       << input_sets << ", warmup_launches = " << o.warmup_launches << ", graph_launches = " << o.graph_launches << ", graph_replays = " << o.graph_replays
        << ", event_samples = " << o.event_samples << ", min_samples = " << o.min_samples
        << ", budget_us_per_mode = " << o.budget_us_per_mode;
     throw InvalidArgument(os.str());
@@ -83,6 +83,7 @@ SamplePlan plan_samples(const TimingOptions& o, int input_sets, double launch_us
     return static_cast<int>(std::clamp(v, static_cast<double>(lo), static_cast<double>(std::max(lo, hi))));
   };
   SamplePlan plan;
+  plan.more_warmup_launches = clamp_count(fitting(launch_us), 0, o.warmup_launches - 1);
   // Launches per graph go first: they only amortize the graph launch, which a slow launch does not need.
   plan.graph_launches = clamp_count(fitting(launch_us * o.graph_replays), input_sets, o.graph_launches);
   plan.graph_replays = clamp_count(fitting(launch_us * plan.graph_launches), std::min(o.min_samples, o.graph_replays),

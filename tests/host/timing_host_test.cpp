@@ -90,6 +90,7 @@ TEST(PlanSamples, FastLaunchesKeepEveryCount) {
     EXPECT_EQ(p.graph_launches, 32) << us;
     EXPECT_EQ(p.graph_replays, 20) << us;
     EXPECT_EQ(p.event_samples, 30) << us;
+    EXPECT_EQ(p.more_warmup_launches, o.warmup_launches - 1) << us;
   }
   // More input sets than launches: every set is read once per replay.
   EXPECT_EQ(plan_samples(o, 40, 1.0).graph_launches, 40);
@@ -107,8 +108,10 @@ TEST(PlanSamples, SlowLaunchesShortenGraphsFirstThenSamples) {
   EXPECT_EQ(p.graph_launches, 2);
   EXPECT_EQ(p.graph_replays, 5);
   EXPECT_EQ(p.event_samples, 10);
+  EXPECT_EQ(p.more_warmup_launches, o.warmup_launches - 1);  // 10 fit the budget
   // 2 s: the minimum of samples, whatever the budget says.
   p = plan_samples(o, 1, 2e6);
+  EXPECT_EQ(p.more_warmup_launches, 0);
   EXPECT_EQ(p.graph_launches, 1);
   EXPECT_EQ(p.graph_replays, o.min_samples);
   EXPECT_EQ(p.event_samples, o.min_samples);
@@ -129,6 +132,9 @@ TEST(PlanSamples, RejectsBadArguments) {
   TimingOptions bad;
   bad.min_samples = 0;
   EXPECT_THROW(plan_samples(bad, 1, 10.0), InvalidArgument);
+  TimingOptions negative;
+  negative.warmup_launches = -1;
+  EXPECT_THROW(plan_samples(negative, 1, 10.0), InvalidArgument);
 }
 
 }  // namespace

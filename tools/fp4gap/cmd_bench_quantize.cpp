@@ -193,6 +193,11 @@ void run_bench_quantize(const BenchQuantizeArgs& args) {
   std::cout << "verified: codes, scales (padding included), report and global scale bit-identical to the CPU "
                "quantizer on both paths; report: "
             << cpu_report.summary() << "\n";
+  if (cpu_report.saturated_scales > 0) {
+    std::cout << "note: " << cpu_report.saturated_scales << " of " << args.m * (args.k / kBlockSize)
+              << " block scales saturated (the global scale is too large for this data): those blocks take the "
+                 "exact slow path, so the timings below are not comparable with a run at the default scale\n";
+  }
 
   // ---- time ----
   const double io_bytes = static_cast<double>(input.size() + code_bytes + scale_bytes);

@@ -67,14 +67,14 @@ SamplePlan plan_samples(const TimingOptions& o, int input_sets, double launch_us
     os << "plan_samples: launch_us must be finite and > 0: " << launch_us;
     throw InvalidArgument(os.str());
   }
-  if (input_sets < 1 || o.warmup_launches < 0 || o.graph_launches < 1 || o.graph_replays < 1 || o.event_samples < 1 || o.min_samples < 1 ||
-      !(o.budget_us_per_mode > 0.0)) {
+  if (input_sets < 1 || o.warmup_launches < 0 || o.graph_launches < 1 || o.graph_replays < 1 ||
+      o.event_samples < 1 || o.min_samples < 1 || !(o.budget_us_per_mode > 0.0)) {
     std::ostringstream os;
-    os << "plan_samples: warmup_launches >= 0, input_sets, graph_launches, graph_replays, event_samples, min_samples >= 1 and "
-          "budget_us_per_mode > 0 required: input_sets = "
-       << input_sets << ", warmup_launches = " << o.warmup_launches << ", graph_launches = " << o.graph_launches << ", graph_replays = " << o.graph_replays
+    os << "plan_samples: input_sets, graph_launches, graph_replays, event_samples, min_samples >= 1, "
+          "warmup_launches >= 0 and budget_us_per_mode > 0 required: input_sets = "
+       << input_sets << ", graph_launches = " << o.graph_launches << ", graph_replays = " << o.graph_replays
        << ", event_samples = " << o.event_samples << ", min_samples = " << o.min_samples
-       << ", budget_us_per_mode = " << o.budget_us_per_mode;
+       << ", warmup_launches = " << o.warmup_launches << ", budget_us_per_mode = " << o.budget_us_per_mode;
     throw InvalidArgument(os.str());
   }
   // How many launches fit the budget, as a double: a budget over a tiny launch_us exceeds int.

@@ -2,7 +2,8 @@
 # One batch on the GPU machine: build (gpu preset), host + device tests, then the given fp4gap
 # commands. Logs go to $OUT (the device tool's output folder) when it is set.
 #   bash scripts/device-run.sh [--sanitize] ["fp4gap args" ...]
-# SANITIZE_FILTER (a gtest filter) narrows the sanitizer runs; all fp4gap output goes to
+# SANITIZE_FILTER (a gtest filter) narrows the sanitizer runs, SANITIZE_SHARDS (default 4) sets
+# the parallel shards per tool; all fp4gap output goes to
 # $OUT/commands.txt (the device tool returns few files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -25,12 +26,29 @@ for args in "$@"; do
   build/gpu/fp4gap $args 2>&1 | tee -a "$out/commands.txt"
 done
 if [ $sanitize = 1 ]; then
+  # Both tools at once, each over SANITIZE_SHARDS gtest shards (default 4): the CPU references and
+  # the instrumented launches run in parallel, so the whole suite fits one call. Bounds on measured
+  # time are skipped under the tools (FP4GAP_UNDER_SANITIZER=1); everything else is checked.
+  shards="${SANITIZE_SHARDS:-4}"
+  pids=()
   for tool in memcheck synccheck; do
-    compute-sanitizer --tool $tool --error-exitcode 9 build/gpu/tests/fp4gap_device_tests \
-      --gtest_brief=1 ${SANITIZE_FILTER:+--gtest_filter=$SANITIZE_FILTER} >"$out/sanitizer.log" 2>&1
-    echo "== compute-sanitizer $tool: exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' "$out/sanitizer.log") clean summaries)" \
-      | tee -a "$out/commands.txt"
-    tail -n 5 "$out/sanitizer.log" >>"$out/commands.txt"
+    for ((i = 0; i < shards; i++)); do
+      FP4GAP_UNDER_SANITIZER=1 GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i \
+        compute-sanitizer --tool $tool --error-exitcode 9 build/gpu/tests/fp4gap_device_tests \
+        --gtest_brief=1 ${SANITIZE_FILTER:+--gtest_filter=$SANITIZE_FILTER} >"$out/sanitizer-$tool-$i.log" 2>&1 &
+      pids+=($!)
+    done
   done
+  failed=0
+  for pid in "${pids[@]}"; do wait "$pid" || failed=$((failed + 1)); done
+  for tool in memcheck synccheck; do
+    clean=$(cat "$out"/sanitizer-$tool-*.log | grep -c 'ERROR SUMMARY: 0 errors')
+    passed=$(cat "$out"/sanitizer-$tool-*.log | grep -oE '\[  PASSED  \] [0-9]+' | awk '{s += $4} END {print s + 0}')
+    echo "== compute-sanitizer $tool: $clean of $shards shards with 0 errors, $passed tests passed ($SECONDS s)" \
+      | tee -a "$out/commands.txt"
+    grep -hE 'FAILED|ERROR SUMMARY: [1-9]|Invalid|Barrier error|Race' "$out"/sanitizer-$tool-*.log | head -n 20 \
+      | tee -a "$out/commands.txt"
+  done
+  [ $failed -ne 0 ] && rc=9
 fi
 exit $rc

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <sstream>
@@ -20,6 +21,13 @@
 #include "fp4gap/verify.hpp"
 
 namespace fp4gap::test {
+
+// Set to 1 by scripts/device-run.sh --sanitize: under an instrumenting tool every launch is slow,
+// so the tests skip bounds on measured time (and nothing else).
+inline bool under_sanitizer() {
+  const char* v = std::getenv("FP4GAP_UNDER_SANITIZER");
+  return v != nullptr && std::string(v) == "1";
+}
 
 inline const DeviceContext& gpu() {
   static const DeviceContext d = query_device(0);

@@ -106,20 +106,23 @@ TEST(Timing, RunnerTimingHasPlausibleFloorsAndKeepsOutputsCorrect) {
   const GemmInputs inputs = make_gemm_inputs(p, seed);
   auto runner = b->prepare(inputs, 3);
   runner->poison_output();
-  const TimingOptions o;
+  TimingOptions o;
+  o.budget_us_per_mode = 1e12;  // the full counts, however slow a launch is (under a sanitizer)
   const Timing t = time_runner(*runner, gpu(), o);
   expect_ordered(t.graph, o.graph_replays, "graph");
   expect_ordered(t.event, o.event_samples, "event");
-  // An empty kernel: about 1 us per launch inside a graph, several us between events (H200:
-  // 0.97 and 4.8). The graph floor must be the lower one, and a real GEMM above its floor.
   EXPECT_GT(t.graph_floor_us, 0.0);
-  EXPECT_LT(t.graph_floor_us, 5.0);
-  EXPECT_LT(t.graph_floor_us, t.event_floor_us);
-  EXPECT_LT(t.event_floor_us, 50.0);
-  EXPECT_GT(t.graph.median_us, t.graph_floor_us);
-  EXPECT_GT(t.event.median_us, t.event_floor_us);
-  if (t.sm_clock_mhz > 0 && t.sm_clock_mhz >= 0.9 * gpu().sm_clock_mhz) {
-    EXPECT_TRUE(t.warnings.empty()) << t.warnings.front();
+  if (!test::under_sanitizer()) {
+    // An empty kernel: about 1 us per launch inside a graph, several us between events (H200:
+    // 0.97 and 4.8). The graph floor must be the lower one, and a real GEMM above its floor.
+    EXPECT_LT(t.graph_floor_us, 5.0);
+    EXPECT_LT(t.graph_floor_us, t.event_floor_us);
+    EXPECT_LT(t.event_floor_us, 50.0);
+    EXPECT_GT(t.graph.median_us, t.graph_floor_us);
+    EXPECT_GT(t.event.median_us, t.event_floor_us);
+    if (t.sm_clock_mhz > 0 && t.sm_clock_mhz >= 0.9 * gpu().sm_clock_mhz) {
+      EXPECT_TRUE(t.warnings.empty()) << t.warnings.front();
+    }
   }
   // Timing ran every set (graph rotation): each output is a correct GEMM, not the poison.
   const ReferenceResult ref = reference_gemm(runner->a_operand(), runner->b_operand(), runner->alpha());
@@ -178,6 +181,9 @@ TEST(Timing, ErrorInsideCaptureLeavesTheStreamUsable) {
 
 TEST(Peak, CeilingsAreMeasuredAndFp4IsZeroBelowSm100) {
   REQUIRE_GPU();
+  // Seconds of copies and 8192^3 GEMMs, checked only for their rates; its copy kernel is checked
+  // for correctness by LaunchCopyMovesEveryByte... under the sanitizer too.
+  if (test::under_sanitizer()) GTEST_SKIP() << "a rate measurement, meaningless under FP4GAP_UNDER_SANITIZER=1";
   const Ceilings c = measure_ceilings(gpu());
   EXPECT_GT(c.memory_bytes_per_s, 1e11);
   EXPECT_GT(c.bf16_flops_per_s, 1e12);

@@ -208,6 +208,22 @@ ShuffledWeight shuffle_weight_for_decode(const Nvfp4Matrix& w, Math math);
 std::uint8_t encode_scale_multiplier(std::uint8_t e4m3, Math math);
 std::uint32_t pack_shuffled_word(Math math, const std::uint8_t (&code)[4][2]);
 
+// What both packings read from an NVFP4 weight, zero outside the matrix. scale(): the E4M3 byte
+// of (row, 16-column block), InvalidArgument for the NaN byte ("<who>: ... NaN byte 0x.. at row
+// R, block B (columns ..)"), since the multiplier encoding has no NaN. code(): the E2M1 code of
+// (row, col) with a negative block scale's sign folded in, 0 in a zero-scale block (the
+// multiplier encoding has no sign and no zero).
+class MultiplierWeightReader {
+ public:
+  MultiplierWeightReader(const Nvfp4Matrix& w, const char* who) : w_(w), who_(who) {}
+  std::uint8_t scale(std::int64_t row, std::int64_t kblock) const;
+  std::uint8_t code(std::int64_t row, std::int64_t col, std::uint8_t scale) const;
+
+ private:
+  const Nvfp4Matrix& w_;
+  const char* who_;
+};
+
 // Shuffled-layout positions, for the kernels and tests.
 FP4GAP_HD constexpr std::int64_t shuffled_window_index(std::int64_t nt, std::int64_t window, std::int64_t k_windows) {
   return nt * k_windows + window;

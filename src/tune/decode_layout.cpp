@@ -35,6 +35,26 @@ std::uint32_t pack_shuffled_word(Math math, const std::uint8_t (&code)[4][2]) {
   return word;
 }
 
+std::uint8_t MultiplierWeightReader::scale(std::int64_t row, std::int64_t kblock) const {
+  if (row >= w_.rows || kblock >= w_.cols / kBlockSize) return 0;
+  const std::uint8_t b = w_.scales[static_cast<std::size_t>(scale_offset(w_.layout, row, kblock, w_.cols))];
+  if ((b & 0x7Fu) == 0x7Fu) {
+    std::ostringstream os;
+    os << who_ << ": the weight scale is the E4M3 NaN byte 0x" << std::hex << static_cast<int>(b) << std::dec
+       << " at row " << row << ", block " << kblock << " (columns " << kblock * kBlockSize << ".."
+       << kblock * kBlockSize + kBlockSize - 1 << ")";
+    throw InvalidArgument(os.str());
+  }
+  return b;
+}
+
+std::uint8_t MultiplierWeightReader::code(std::int64_t row, std::int64_t col, std::uint8_t scale) const {
+  if (row >= w_.rows || col >= w_.cols || (scale & 0x7Fu) == 0) return 0;
+  const std::uint8_t byte = w_.codes[static_cast<std::size_t>(row * (w_.cols / 2) + col / 2)];
+  const std::uint8_t code = (col % 2 == 0) ? (byte & 0xFu) : (byte >> 4);
+  return static_cast<std::uint8_t>(code ^ ((scale & 0x80u) >> 4));
+}
+
 ShuffledWeight shuffle_weight_for_decode(const Nvfp4Matrix& w, Math math) {
   if (w.rows < 1 || w.cols < 1 || w.cols % 32 != 0) {
     std::ostringstream os;
@@ -63,20 +83,7 @@ ShuffledWeight shuffle_weight_for_decode(const Nvfp4Matrix& w, Math math) {
   s.codes.assign(static_cast<std::size_t>(windows * kWindowCodeBytes), 0);
   s.scales.assign(static_cast<std::size_t>(windows * kWindowScaleBytes), 0);
 
-  const std::int64_t kb_count = w.cols / kBlockSize;
-  // The scale byte of (row, block), or 0 outside the matrix; throws on NaN.
-  auto scale_at = [&](std::int64_t row, std::int64_t kb) -> std::uint8_t {
-    if (row >= w.rows || kb >= kb_count) return 0;
-    const std::uint8_t b = w.scales[static_cast<std::size_t>(scale_offset(w.layout, row, kb, w.cols))];
-    if ((b & 0x7Fu) == 0x7Fu) {
-      std::ostringstream os;
-      os << "decode weight scale is the E4M3 NaN byte 0x" << std::hex << static_cast<int>(b) << std::dec
-         << " at row " << row << ", block " << kb << " (columns " << kb * kBlockSize << ".."
-         << kb * kBlockSize + kBlockSize - 1 << ")";
-      throw InvalidArgument(os.str());
-    }
-    return b;
-  };
+  const MultiplierWeightReader read(w, "shuffle_weight_for_decode");
   for (std::int64_t nt = 0; nt < s.n_tiles; ++nt) {
     for (std::int64_t win = 0; win < s.k_windows; ++win) {
       const std::int64_t base = shuffled_window_index(nt, win, s.k_windows);
@@ -89,20 +96,17 @@ ShuffledWeight shuffle_weight_for_decode(const Nvfp4Matrix& w, Math math) {
         for (int b = 0; b < 4; ++b) {
           const std::int64_t row = nt * kTileRows + g + 8 * (b & 1);
           const std::int64_t kb = win * (kWindowK / kBlockSize) + 2 * t + (b >> 1);
-          scale_bytes_of_lane[b] = scale_at(row, kb);
+          scale_bytes_of_lane[b] = read.scale(row, kb);
           scales[lane * 4 + b] = encode_scale_multiplier(scale_bytes_of_lane[b], math);
         }
         for (int step = 0; step < 8; ++step) {
-          std::uint8_t code[4][2] = {};
+          std::uint8_t code[4][2];
           for (int reg = 0; reg < 4; ++reg) {
             const std::int64_t row = nt * kTileRows + g + 8 * (reg & 1);
             const std::uint8_t sb = scale_bytes_of_lane[(reg & 1) + 2 * (step / 4)];
             for (int half = 0; half < 2; ++half) {
               const std::int64_t col = win * kWindowK + 32 * t + 4 * step + 2 * (reg >> 1) + half;
-              // Zero-scale blocks give zero codes; a negative scale's sign moves into the code.
-              if (row >= w.rows || col >= w.cols || (sb & 0x7Fu) == 0) continue;
-              const std::uint8_t byte = w.codes[static_cast<std::size_t>(row * (w.cols / 2) + col / 2)];
-              code[reg][half] = static_cast<std::uint8_t>(((col % 2 == 0) ? (byte & 0xFu) : (byte >> 4)) ^ ((sb & 0x80u) >> 4));
+              code[reg][half] = read.code(row, col, sb);
             }
           }
           const std::uint32_t word = pack_shuffled_word(math, code);

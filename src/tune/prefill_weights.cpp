@@ -35,29 +35,7 @@ PackedWeights pack_weights(const Nvfp4Matrix& w) {
   p.k_blocks = ceil_div(w.cols, kBlockK);
   p.bytes.assign(static_cast<std::size_t>(p.n_tiles * p.k_blocks * kChunkBytes), 0);
 
-  const std::int64_t row_bytes = w.cols / 2;
-  const std::int64_t scale_blocks = w.cols / kBlockSize;
-  // The E4M3 scale of (row, 16-column block); zero outside the matrix; a NaN byte is refused (the
-  // multiplier encoding has no NaN).
-  auto scale_at = [&](std::int64_t row, std::int64_t kblock) -> std::uint8_t {
-    if (row >= w.rows || kblock >= scale_blocks) return 0;
-    const std::uint8_t b = w.scales[static_cast<std::size_t>(scale_offset(w.layout, row, kblock, w.cols))];
-    if ((b & 0x7Fu) == 0x7Fu) {
-      std::ostringstream os;
-      os << "pack_weights: the weight scale is the E4M3 NaN byte at row " << row << ", block " << kblock
-         << " (columns " << kblock * kBlockSize << ".." << kblock * kBlockSize + kBlockSize - 1 << ")";
-      throw InvalidArgument(os.str());
-    }
-    return b;
-  };
-  // Code of (row, col) with its block scale's sign folded in, zero for a zero-scale block and
-  // outside the matrix (the multiplier encoding has no zero and no sign).
-  auto code_at = [&](std::int64_t row, std::int64_t col, std::uint8_t scale) -> std::uint8_t {
-    if (row >= w.rows || col >= w.cols || (scale & 0x7Fu) == 0) return 0;
-    const std::uint8_t byte = w.codes[static_cast<std::size_t>(row * row_bytes + col / 2)];
-    const std::uint8_t code = (col % 2 == 0) ? (byte & 0xFu) : (byte >> 4);
-    return static_cast<std::uint8_t>(code ^ ((scale & 0x80u) >> 4));
-  };
+  const decode::MultiplierWeightReader read(w, "pack_weights");
 
   for (std::int64_t nt = 0; nt < p.n_tiles; ++nt) {
     for (std::int64_t kb = 0; kb < p.k_blocks; ++kb) {
@@ -71,11 +49,11 @@ PackedWeights pack_weights(const Nvfp4Matrix& w) {
             // columns c0 + 8 (reg >> 1) + half (PTX wgmma A fragment, m16n8k16 layout per warp).
             const std::int64_t kblock = kb * (kBlockK / kBlockSize) + j;
             const std::int64_t c0 = kblock * kBlockSize + 2 * t;
-            const std::uint8_t scale[2] = {scale_at(r0, kblock), scale_at(r0 + 8, kblock)};
+            const std::uint8_t scale[2] = {read.scale(r0, kblock), read.scale(r0 + 8, kblock)};
             std::uint8_t code[4][2];
             for (int reg = 0; reg < 4; ++reg) {
               for (int half = 0; half < 2; ++half) {
-                code[reg][half] = code_at(r0 + 8 * (reg & 1), c0 + 8 * (reg >> 1) + half, scale[reg & 1]);
+                code[reg][half] = read.code(r0 + 8 * (reg & 1), c0 + 8 * (reg >> 1) + half, scale[reg & 1]);
               }
             }
             const std::uint32_t word = decode::pack_shuffled_word(decode::Math::w4a16, code);
@@ -86,7 +64,7 @@ PackedWeights pack_weights(const Nvfp4Matrix& w) {
       for (int row = 0; row < kBlockN; ++row) {
         for (int j = 0; j < kBlockK / kBlockSize; ++j) {
           chunk[chunk_scale_offset(row, j)] = decode::encode_scale_multiplier(
-              scale_at(nt * kBlockN + row, kb * (kBlockK / kBlockSize) + j), decode::Math::w4a16);
+              read.scale(nt * kBlockN + row, kb * (kBlockK / kBlockSize) + j), decode::Math::w4a16);
         }
       }
     }

@@ -47,7 +47,7 @@ inline constexpr int kStagedStride = kBlockN + 4;
 // One compiled kernel instantiation. The list is closed (prefill_tile_configs()): each entry is a
 // template instantiation in src/cuda/prefill/prefill_gemm.cu.
 struct TileConfig {
-  int block_m = 256;  // activation rows per CTA (the wgmma N): 128 or 256
+  int block_m = 256;  // activation rows per CTA (the wgmma N): 64, 128 or 256
   int stages = 6;     // shared-memory pipeline depth
 
   // e.g. "sm90a bf16 x nvfp4 m256n128k64 6 stages"

@@ -18,13 +18,15 @@ using test::h200_context;
 
 TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
   const std::vector<TileConfig>& configs = tile_configs();
-  ASSERT_EQ(configs.size(), 2u);
+  ASSERT_EQ(configs.size(), 3u);
   EXPECT_EQ(configs[0].name(), "sm90a bf16 x nvfp4 m256n128k64 6 stages");
   EXPECT_EQ(configs[1].name(), "sm90a bf16 x nvfp4 m128n128k64 8 stages");
+  EXPECT_EQ(configs[2].name(), "sm90a bf16 x nvfp4 m64n128k64 12 stages");
   // stages x (activation tile block_m x 64 x 2 B + weight chunk 4096 + 512 B) + 2 x stages
   // mbarriers of 8 B + 1 KB alignment slack.
   EXPECT_EQ(configs[0].smem_bytes(), 6 * (256 * 128 + 4608) + 96 + 1024);
   EXPECT_EQ(configs[1].smem_bytes(), 8 * (128 * 128 + 4608) + 128 + 1024);
+  EXPECT_EQ(configs[2].smem_bytes(), 12 * (64 * 128 + 4608) + 192 + 1024);
   EXPECT_EQ(configs[0].partial_tile_bytes(), 256 * 128 * 4);
   EXPECT_EQ(configs[0].staged_tile_bytes(), 256 * 132 * 4);
   for (const TileConfig& c : configs) {
@@ -96,9 +98,11 @@ TEST(PrefillPolicy, FewTilesAreSplitAlongKIntoOneWave) {
   EXPECT_GE(p.ctas(), 100) << p.describe();
 }
 
-TEST(PrefillPolicy, SmallMUsesTheNarrowTile) {
-  const Plan p = choose_plan(1, 4096, 4096, h200_context());
-  EXPECT_EQ(p.config.block_m, 128) << p.describe();
+TEST(PrefillPolicy, SmallMUsesTheNarrowTiles) {
+  for (const std::int64_t m : {1, 32, 64}) {
+    const Plan p = choose_plan(m, 4096, 6144, h200_context());
+    EXPECT_EQ(p.config.block_m, 64) << "M = " << m << ": " << p.describe();
+  }
   const Plan q = choose_plan(128, 4096, 4096, h200_context());
   EXPECT_EQ(q.config.block_m, 128) << q.describe();
 }

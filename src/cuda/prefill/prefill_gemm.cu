@@ -42,6 +42,12 @@ constexpr int kConsumerRegisters = 232;  // 2 x 128 x 232 + 128 x 40 <= 65536
 template <int BM>
 struct Wgmma;
 template <>
+struct Wgmma<64> {
+  static __device__ __forceinline__ void mma(float (&d)[32], const std::uint32_t (&a)[4], std::uint64_t desc) {
+    ptx::wgmma_m64n64k16_rs(d, a, desc);
+  }
+};
+template <>
 struct Wgmma<128> {
   static __device__ __forceinline__ void mma(float (&d)[64], const std::uint32_t (&a)[4], std::uint64_t desc) {
     ptx::wgmma_m64n128k16_rs(d, a, desc);
@@ -326,6 +332,7 @@ using KernelFn = void (*)(CUtensorMap, const std::uint8_t*, void*, OutputType, i
 KernelFn kernel_for(const TileConfig& c) {
   if (c.block_m == 256 && c.stages == 6) return prefill_gemm_kernel<256, 6>;
   if (c.block_m == 128 && c.stages == 8) return prefill_gemm_kernel<128, 8>;
+  if (c.block_m == 64 && c.stages == 12) return prefill_gemm_kernel<64, 12>;
   throw InvalidArgument("no prefill kernel compiled for " + c.name() + " (see prefill_tile_configs())");
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine: the working tree ("main") against every tree that scripts/stage-branch.sh
 # put under .branches/, in one call. Builds all of them at once (gpu preset), runs each branch's
-# device tests (TEST_FILTER, a gtest filter; default all), then each quoted fp4gap command on
+# device tests (TEST_FILTER, a gtest filter; default all; TEST_TREES="main" tests the working
+# tree instead, e.g. when the staged tree is the baseline), then each quoted fp4gap command on
 # every build, alternating, and prints one line per row: the median of main, of each branch, and
 # branch / main. Logs and CSVs go to $OUT.
 #   TEST_FILTER='DecodeGemm.*' bash scripts/device-compare.sh "gemm --m 1,16 --n 2048 --k 6144 ..."
@@ -23,8 +24,12 @@ failed=0
 for i in "${!pids[@]}"; do wait "${pids[$i]}" || { failed=1; echo "build failed: ${trees[$i]}"; tail -n 30 "$out/build-$(basename "$(realpath "${trees[$i]}")").log"; }; done
 [ $failed = 0 ] || exit 1
 echo "== built ${#trees[@]} trees ($SECONDS s)"
-for t in "${trees[@]:1}"; do
-  name=$(basename "$t")
+for t in "${trees[@]}"; do
+  name=$(basename "$(realpath "$t")"); [ "$t" = "." ] && name=main
+  case " ${TEST_TREES:-${trees[*]:1}} " in
+    *" $name "* | *" $t "*) ;;
+    *) continue ;;
+  esac
   "$t/build/gpu/tests/fp4gap_device_tests" --gtest_brief=1 ${TEST_FILTER:+--gtest_filter=$TEST_FILTER} \
     >"$out/tests-$name.log" 2>&1
   echo "== $name device tests: exit $? ($(grep -E '^\[  (PASSED|FAILED)  \]' "$out/tests-$name.log" | tr '\n' ' ')) ($SECONDS s)"

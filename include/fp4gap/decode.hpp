@@ -352,6 +352,11 @@ struct GemmArgs {
   OutputType out_type = OutputType::bf16;
   void* workspace = nullptr;                // Plan::workspace_bytes(); counters zero before the
   std::int64_t workspace_bytes = 0;         // first launch, left zero by every launch
+  // Programmatic dependent launch (sm_90+): the kernel may start while the previous kernel in the
+  // stream is still running, reads only the weight before that kernel has completed (prefetch),
+  // and waits for it (griddepcontrol.wait) before reading A or writing D or the workspace. So the
+  // previous kernel must not write the weight. It also lets the next kernel start early.
+  bool programmatic_launch = false;
 };
 
 // Throws InvalidArgument naming what is wrong: null or misaligned pointers, a too small workspace.

@@ -131,8 +131,17 @@ void launch_gemm(const Plan& plan, const GemmArgs& args, void* stream) {
   }
   const dim3 grid(static_cast<unsigned int>(plan.row_blocks), static_cast<unsigned int>(plan.split_k));
   const dim3 block(static_cast<unsigned int>(plan.config.threads()));
-  kernel<<<grid, block, static_cast<std::size_t>(plan.config.smem_bytes(plan.math)), cuda::as_stream(stream)>>>(p);
-  CUDA_CHECK_LAUNCH();
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = static_cast<std::size_t>(plan.config.smem_bytes(plan.math));
+  cfg.stream = cuda::as_stream(stream);
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = args.programmatic_launch ? 1 : 0;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
 }
 
 }  // namespace fp4gap::decode

@@ -80,6 +80,22 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
+// Programmatic dependent launch (GemmArgs::programmatic_launch; PTX griddepcontrol, sm_90+). Both
+// return at once when the launch was not programmatic. allow_dependent_launch: the next kernel in
+// the stream may start (its blocks wait in wait_for_previous_grid until this grid has completed
+// and its writes are visible).
+__device__ __forceinline__ void allow_dependent_launch() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_previous_grid() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
 template <Math M>
 __device__ __forceinline__ void mma_16816(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
   if constexpr (M == Math::w4a16) {
@@ -443,16 +459,18 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_gemm_kernel(con
     }
   }
 
+  allow_dependent_launch();
   WeightRegs<MT, G> regs[2];
   typename T::ActRegs act_regs;
+  tile.load_weights(regs[0], range.begin);  // the weight is not written by the previous kernel
+  wait_for_previous_grid();
   if constexpr (M == Math::w4a16) {
     tile.copy_activations(range.begin, 0);
     cp_async_commit();
   } else {
     tile.load_activations(act_regs, range.begin);
+    tile.store_activations(act_regs);
   }
-  tile.load_weights(regs[0], range.begin);
-  if constexpr (M == Math::w4a4) tile.store_activations(act_regs);
 
   // One chunk: prefetch the next chunk's weights (registers) and activations, then compute. The
   // register sets alternate, so the loop body handles two chunks with constant indices.
@@ -582,6 +600,21 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_stream_kernel(c
     }
   }
 
+  // Under a programmatic launch the previous kernel may still run: the first S - 1 windows of
+  // the weight go to L2 meanwhile (lanes 0..7 one 128-byte line of codes each, lane 8 the scales).
+  allow_dependent_launch();
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    if (range.begin + s < range.end && window0 + s * WK < p.k_windows && lane < 9) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        if (!tile_live[mt]) continue;
+        const unsigned char* codes = code_src[mt] - lane * 16 + s * (WK * kWindowCodeBytes);
+        prefetch_l2(lane < 8 ? codes + lane * 128 : scale_src[mt] - lane * 4 + s * (WK * kWindowScaleBytes));
+      }
+    }
+  }
+  wait_for_previous_grid();
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) issue(s, s);
   int slot = 0;

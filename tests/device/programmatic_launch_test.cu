@@ -1,0 +1,144 @@
+// Decode GEMMs launched as programmatic dependents (GemmArgs::programmatic_launch) of a kernel
+// that lets them start at once and only then, after a delay, writes their activations and poisons
+// their output. A GEMM that read A or wrote D before the previous kernel completed gets zeros or
+// NaN. A probe launched the same way first shows that dependents do start early on this device
+// (otherwise the GEMM checks would prove nothing).
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cuda/common.cuh"
+#include "fp4gap/decode.hpp"
+#include "fp4gap/quantize.hpp"
+#include "fp4gap/reference.hpp"
+#include "fp4gap/verify.hpp"
+#include "device_test_support.hpp"
+
+namespace fp4gap::decode {
+namespace {
+
+using test::repro;
+
+__device__ std::uint64_t global_ns() {
+  std::uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Lets dependents launch, waits `delay_ns`, then copies `bytes` from src to dst, fills `poison`
+// with 0xFF and records when it finished.
+__global__ void late_producer_kernel(const std::uint8_t* src, std::uint8_t* dst, std::int64_t bytes,
+                                     std::uint8_t* poison, std::int64_t poison_bytes, std::uint64_t delay_ns,
+                                     std::uint64_t* finished_ns) {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  const std::uint64_t start = global_ns();
+  while (global_ns() - start < delay_ns) {
+  }
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < bytes; i += stride) dst[i] = src[i];
+  for (std::int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < poison_bytes; i += stride) poison[i] = 0xFF;
+  __syncthreads();
+  if (threadIdx.x == 0) atomicMax(reinterpret_cast<unsigned long long*>(finished_ns), global_ns());
+}
+
+// Records when it started, without waiting for the previous grid.
+__global__ void start_probe_kernel(std::uint64_t* started_ns) { *started_ns = global_ns(); }
+
+constexpr std::uint64_t kDelayNs = 200'000;
+
+void launch_producer(const std::uint8_t* src, std::uint8_t* dst, std::int64_t bytes, std::uint8_t* poison,
+                     std::int64_t poison_bytes, std::uint64_t* finished, cudaStream_t stream) {
+  late_producer_kernel<<<8, 256, 0, stream>>>(src, dst, bytes, poison, poison_bytes, kDelayNs, finished);
+  CUDA_CHECK_LAUNCH();
+}
+
+TEST(DecodeGemm, ProgrammaticLaunchWaitsForThePreviousKernel) {
+  REQUIRE_GPU();
+  if (test::gpu().cc_major < 9) GTEST_SKIP() << "programmatic dependent launch needs sm_90+";
+  cuda::Stream stream;
+  cuda::DeviceBuffer<std::uint64_t> times(2);
+  times.fill_bytes(0);
+
+  // The probe: started before the producer finished.
+  {
+    cuda::DeviceBuffer<std::uint8_t> scratch(256);
+    launch_producer(scratch.get(), scratch.get(), 0, scratch.get(), 0, times.get(), stream.get());
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(1);
+    cfg.blockDim = dim3(1);
+    cfg.stream = stream.get();
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, start_probe_kernel, times.get() + 1));
+    stream.synchronize();
+    const std::vector<std::uint64_t> t = times.download();
+    ASSERT_LT(t[1], t[0]) << "the dependent probe started " << (t[1] - t[0]) << " ns after the producer finished: "
+                          << "programmatic launches do not overlap here, so this test cannot check the GEMMs";
+  }
+
+  const std::uint64_t seed = 4242;
+  struct Shape {
+    std::int64_t m, n, k;
+  };
+  for (const Shape s : {Shape{1, 2048, 6144}, Shape{16, 1024, 4096}, Shape{40, 512, 2048}}) {
+    const GemmProblem problem{s.m, s.n, s.k, OperandFormat::bf16, OperandFormat::nvfp4, OutputType::f32};
+    const GemmInputs in = make_gemm_inputs(problem, seed, InputDistribution::random);
+    const ReferenceResult ref = reference_gemm(in.a_view(), in.b_view(), in.alpha);
+    const ShuffledWeight w = shuffle_weight_for_decode(in.b_fp4, Math::w4a16);
+    cuda::DeviceBuffer<std::uint8_t> a_staged(in.a_bf16.size() * 2), a(in.a_bf16.size() * 2);
+    a_staged.upload(reinterpret_cast<const std::uint8_t*>(in.a_bf16.data()), a_staged.size());
+    a.fill_bytes(0);
+    cuda::DeviceBuffer<std::uint8_t> w_codes(w.codes), w_scales(w.scales);
+    cuda::DeviceBuffer<float> d(static_cast<std::size_t>(s.m * s.n));
+
+    // The policy's plan (streaming at M <= 16) and a forced split-K plan of the register-prefetch
+    // kernel: their waits sit in different places.
+    const Plan chosen = choose_plan(s.m, s.n, s.k, Math::w4a16, WeightLayout::shuffled, test::gpu());
+    int v1_index = -1;
+    for (int i = 0; i < static_cast<int>(tile_configs().size()); ++i) {
+      const TileConfig& c = tile_configs()[static_cast<std::size_t>(i)];
+      if (!c.streaming() && c.max_m() >= s.m && v1_index < 0) v1_index = i;
+    }
+    ASSERT_GE(v1_index, 0);
+    const Plan split = make_plan(s.m, s.n, s.k, Math::w4a16, WeightLayout::shuffled, v1_index, 2);
+    for (const Plan& plan : {chosen, split}) {
+      cuda::DeviceBuffer<std::uint8_t> workspace(static_cast<std::size_t>(std::max<std::int64_t>(plan.workspace_bytes(), 256)));
+      workspace.fill_bytes(0);
+      GemmArgs args;
+      args.a = a.get();
+      args.w_codes = w_codes.get();
+      args.w_scales = w_scales.get();
+      args.alpha = static_cast<float>(in.alpha);
+      args.d = d.get();
+      args.out_type = OutputType::f32;
+      args.workspace = workspace.get();
+      args.workspace_bytes = static_cast<std::int64_t>(workspace.bytes());
+      args.programmatic_launch = true;
+      prepare_launch(plan);
+      a.fill_bytes(0);
+      d.fill_bytes(0);
+      launch_producer(a_staged.get(), a.get(), static_cast<std::int64_t>(a.bytes()),
+                      reinterpret_cast<std::uint8_t*>(d.get()), static_cast<std::int64_t>(d.bytes()), times.get(),
+                      stream.get());
+      launch_gemm(plan, args, stream.as_void());
+      stream.synchronize();
+      const std::vector<float> got = d.download();
+      const VerifyResult v = verify_gemm_output(got.data(), ref, s.k, OutputType::f32);
+      std::ostringstream what;
+      what << "m" << s.m << " n" << s.n << " k" << s.k << " " << plan.describe();
+      ASSERT_TRUE(v.passed) << v.message << " for " << repro(what.str(), seed);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fp4gap::decode

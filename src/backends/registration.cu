@@ -10,6 +10,7 @@ void register_all_gpu_backends() {
   register_gpu_reference_backends();
   register_decode_backends();
   register_prefill_backends();
+  register_dispatch_backends();
 }
 
 }  // namespace fp4gap

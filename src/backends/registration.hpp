@@ -16,5 +16,6 @@ void register_cublas_backends();  // cublas-bf16, cublaslt-fp8, cublaslt-nvfp4 (
 void register_gpu_reference_backends();  // gpu-reference (src/backends/gpu_reference_backend.cu)
 void register_decode_backends();  // fp4gap-decode-w4a16, fp4gap-decode-w4a4 (src/backends/decode_backends.cu)
 void register_prefill_backends();  // fp4gap-prefill-w4a16, fp4gap-prefill-w4a4 (src/backends/prefill_backends.cu)
+void register_dispatch_backends();  // fp4gap-w4a16, fp4gap-w4a4 (src/backends/dispatch_backends.cu); after the two above
 
 }  // namespace fp4gap

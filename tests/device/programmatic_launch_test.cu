@@ -65,9 +65,15 @@ TEST(DecodeGemm, ProgrammaticLaunchWaitsForThePreviousKernel) {
   cuda::DeviceBuffer<std::uint64_t> times(2);
   times.fill_bytes(0);
 
-  // The probe: started before the producer finished.
+  // The probe: started before the producer finished. Each kernel runs once before: a kernel's
+  // first launch loads its module (lazy loading), which serializes it.
   {
     cuda::DeviceBuffer<std::uint8_t> scratch(256);
+    start_probe_kernel<<<1, 1, 0, stream.get()>>>(times.get() + 1);
+    CUDA_CHECK_LAUNCH();
+    launch_producer(scratch.get(), scratch.get(), 0, scratch.get(), 0, times.get(), stream.get());
+    stream.synchronize();
+    times.fill_bytes(0);
     launch_producer(scratch.get(), scratch.get(), 0, scratch.get(), 0, times.get(), stream.get());
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = dim3(1);
@@ -123,7 +129,8 @@ TEST(DecodeGemm, ProgrammaticLaunchWaitsForThePreviousKernel) {
       args.workspace = workspace.get();
       args.workspace_bytes = static_cast<std::int64_t>(workspace.bytes());
       args.programmatic_launch = true;
-      prepare_launch(plan);
+      launch_gemm(plan, args, stream.as_void());  // loads the kernel's module (see the probe)
+      stream.synchronize();
       a.fill_bytes(0);
       d.fill_bytes(0);
       launch_producer(a_staged.get(), a.get(), static_cast<std::int64_t>(a.bytes()),

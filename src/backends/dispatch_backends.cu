@@ -1,0 +1,69 @@
+// The dispatching backends a user calls without knowing the kernels:
+//   fp4gap-w4a16  bf16 activations x NVFP4 weight
+//   fp4gap-w4a4   NVFP4 activations x NVFP4 weight (cutlass_scaled_fp4_mm contract)
+// Each asks the decode and prefill backends of its math whether they serve the problem and runs
+// the one choose_kernel_family picks (include/fp4gap/dispatch.hpp); the runner's config names the
+// kernel that ran.
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <cuda_runtime.h>
+
+#include "backends/registration.hpp"
+#include "cuda/common.cuh"
+#include "fp4gap/cuda_api.hpp"
+#include "fp4gap/backend.hpp"
+#include "fp4gap/dispatch.hpp"
+
+namespace fp4gap {
+namespace {
+
+class DispatchBackend final : public GemmBackend {
+ public:
+  DispatchBackend(std::string_view name, std::string_view decode, std::string_view prefill)
+      : name_(name), decode_(decode), prefill_(prefill) {}
+
+  std::string_view name() const override { return name_; }
+  std::string_view description() const override {
+    return name_ == "fp4gap-w4a16"
+               ? "fp4gap's pick for bf16 x NVFP4: the decode kernel up to M = 16, the Hopper prefill kernel above "
+                 "(where only one of them serves the shape, that one)"
+               : "fp4gap's pick for NVFP4 x NVFP4: the decode kernel up to M = 16, the Hopper prefill kernel above "
+                 "(where only one of them serves the shape, that one)";
+  }
+
+  Status supports(const GemmProblem& p, const DeviceContext& device) const override {
+    return choose(p, device).status;
+  }
+
+  std::unique_ptr<GemmRunner> prepare(const GemmInputs& inputs, int input_sets) override {
+    int ordinal = 0;
+    CUDA_CHECK(cudaGetDevice(&ordinal));
+    const FamilyChoice c = choose(inputs.problem, query_device(ordinal));
+    if (!c.status.is_ok()) throw InvalidArgument(std::string(name_) + ": " + c.status.reason);
+    return backend(c.family).prepare(inputs, input_sets);
+  }
+
+ private:
+  GemmBackend& backend(KernelFamily f) const {
+    GemmBackend* b = find_gemm_backend(f == KernelFamily::decode ? decode_ : prefill_);
+    if (b == nullptr) throw RuntimeError(std::string(name_) + ": backend not registered: " + std::string(to_string(f)));
+    return *b;
+  }
+  FamilyChoice choose(const GemmProblem& p, const DeviceContext& device) const {
+    return choose_kernel_family(p.m, backend(KernelFamily::decode).supports(p, device),
+                                backend(KernelFamily::prefill).supports(p, device));
+  }
+
+  std::string_view name_, decode_, prefill_;
+};
+
+}  // namespace
+
+void register_dispatch_backends() {
+  register_gemm_backend(std::make_unique<DispatchBackend>("fp4gap-w4a16", "fp4gap-decode-w4a16", "fp4gap-prefill-w4a16"));
+  register_gemm_backend(std::make_unique<DispatchBackend>("fp4gap-w4a4", "fp4gap-decode-w4a4", "fp4gap-prefill-w4a4"));
+}
+
+}  // namespace fp4gap

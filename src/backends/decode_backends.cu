@@ -97,7 +97,6 @@ class DecodeRunner final : public GemmRunner {
     args.out_type = p_.out_type;
     args.workspace = workspace_.get();
     args.workspace_bytes = static_cast<std::int64_t>(workspace_.bytes());
-    args.programmatic_launch = true;  // as serving stacks launch decode GEMMs
     decode::launch_gemm(plan_, args, stream);
   }
 
@@ -135,7 +134,7 @@ class DecodeRunner final : public GemmRunner {
   }
   OperandView b_operand() const override { return nvfp4_operand(b_host_); }
   double alpha() const override { return static_cast<double>(alpha_); }
-  std::string config() const override { return plan_.describe() + ", programmatic launch (PDL)"; }
+  std::string config() const override { return plan_.describe(); }
   bool on_device() const override { return true; }
 
  private:

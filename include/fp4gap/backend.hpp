@@ -24,7 +24,6 @@ struct DeviceContext {
   int cc_major = 0, cc_minor = 0;
   int sm_count = 0;
   std::int64_t smem_per_block_optin = 0;  // bytes
-  std::int64_t smem_per_sm = 0;           // bytes, all resident blocks together (each also reserves 1 KiB)
   std::int64_t l2_bytes = 0;
   std::int64_t global_mem_bytes = 0;
   int sm_clock_mhz = 0;                   // max SM clock from the device properties

@@ -47,11 +47,10 @@ inline constexpr int kStagedStride = kBlockN + 4;
 // One compiled kernel instantiation. The list is closed (prefill_tile_configs()): each entry is a
 // template instantiation in src/cuda/prefill/prefill_gemm.cu.
 struct TileConfig {
-  int block_m = 256;    // activation rows per CTA (the wgmma N): 64, 128 or 256
-  int stages = 6;       // shared-memory pipeline depth
-  int ctas_per_sm = 1;  // 2: registers capped for two resident CTAs (consumers 112, producer 24)
+  int block_m = 256;  // activation rows per CTA (the wgmma N): 64, 128 or 256
+  int stages = 6;     // shared-memory pipeline depth
 
-  // e.g. "sm90a bf16 x nvfp4 m256n128k64 6 stages", "... m64n128k64 8 stages, 2 CTAs/SM"
+  // e.g. "sm90a bf16 x nvfp4 m256n128k64 6 stages"
   std::string name() const;
   // Dynamic shared memory the kernel requests: the stage ring, its barriers, 1 KB of alignment
   // slack (the 128-byte swizzle needs 1024-byte aligned tiles).
@@ -68,8 +67,7 @@ struct TileConfig {
 
 const std::vector<TileConfig>& tile_configs();
 
-// ok, or not_supported naming the bytes needed and available (per block, and per SM for
-// ctas_per_sm resident blocks, each also reserving 1 KiB).
+// ok, or not_supported naming the bytes needed and available.
 Status check_tile_config(const TileConfig& c, const DeviceContext& device);
 
 // ---- Dispatch policy (plain C++, host-tested) ----
@@ -89,8 +87,8 @@ struct Plan {
 // count). The CUDA library answers it from the occupancy API.
 using ConcurrentCtas = std::function<int(const TileConfig& config, int split)>;
 
-// Without a device to ask: floor(sm_count * ctas_per_sm / split) * split.
-int default_concurrent_ctas(const TileConfig& config, const DeviceContext& device, int split);
+// Without a device to ask: floor(sm_count / split) * split.
+int default_concurrent_ctas(const DeviceContext& device, int split);
 
 // Chooses the tile and split-K factor for a problem on a device by a simple cost model: waves of
 // concurrent CTAs times the per-CTA work, with a per-tile efficiency for the narrower tile and a

@@ -88,7 +88,6 @@ DeviceContext query_device(int ordinal) {
   dc.cc_minor = prop.minor;
   dc.sm_count = prop.multiProcessorCount;
   dc.smem_per_block_optin = static_cast<std::int64_t>(prop.sharedMemPerBlockOptin);
-  dc.smem_per_sm = static_cast<std::int64_t>(prop.sharedMemPerMultiprocessor);
   dc.l2_bytes = prop.l2CacheSize;
   dc.global_mem_bytes = static_cast<std::int64_t>(prop.totalGlobalMem);
   dc.sm_clock_mhz = clock_khz / 1000;

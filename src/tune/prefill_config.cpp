@@ -14,7 +14,6 @@ namespace fp4gap::prefill {
 std::string TileConfig::name() const {
   std::ostringstream os;
   os << "sm90a bf16 x nvfp4 m" << block_m << "n" << kBlockN << "k" << kBlockK << " " << stages << " stages";
-  if (ctas_per_sm > 1) os << ", " << ctas_per_sm << " CTAs/SM";
   return os.str();
 }
 
@@ -40,7 +39,6 @@ const std::vector<TileConfig>& tile_configs() {
       {256, 6},  // 225,376 B of shared memory: the large-M workhorse
       {128, 8},  // 169,088 B: more tiles for small M
       {64, 12},  // 154,816 B: M <= 64 (decode-sized batches, MoE experts), twice the tiles again
-      {64, 8, 2},  // 103,552 B x 2: the m64 tile, 6 warps per scheduler instead of 3 (run 9 profile)
   };
   return configs;
 }
@@ -51,14 +49,6 @@ Status check_tile_config(const TileConfig& c, const DeviceContext& device) {
     std::ostringstream os;
     os << c.name() << " needs " << need << " bytes of shared memory per block; " << device.name
        << " allows " << device.smem_per_block_optin;
-    return Status::not_supported(os.str());
-  }
-  constexpr std::int64_t kReservedPerBlock = 1024;  // CUDA's shared memory reserved per resident block
-  const std::int64_t per_sm = device.smem_per_sm > 0 ? device.smem_per_sm : device.smem_per_block_optin + kReservedPerBlock;
-  if (c.ctas_per_sm * (need + kReservedPerBlock) > per_sm) {
-    std::ostringstream os;
-    os << c.name() << " needs " << c.ctas_per_sm << " x (" << need << " + " << kReservedPerBlock
-       << ") bytes of shared memory per SM; " << device.name << " has " << per_sm;
     return Status::not_supported(os.str());
   }
   const std::int64_t ring = c.stages * c.stage_bytes();
@@ -103,29 +93,25 @@ namespace {
 // on an H200). Estimates to be refit against measurements (docs/KERNELS-prefill.md).
 constexpr double kFillUnits = 3.0;          // pipeline fill and launch, per CTA
 constexpr double kReduceUnitsPer256 = 2.0;  // split-K reduction through DSMEM, per CTA
-double tile_efficiency(const TileConfig& c) {
+double tile_efficiency(int block_m) {
   // A narrower tile dequantizes the same weights for fewer FLOPs (half, a quarter).
-  const double narrow = c.block_m >= 256 ? 1.0 : c.block_m >= 128 ? 0.85 : 0.7;
-  // Two resident CTAs share an SM: each runs slower, together (estimate) 1.3x one CTA's rate,
-  // since one CTA's 8 consumer warps leave the schedulers idle 59% of the time (run 9 profile);
-  // below the m256 tile's rate per SM, which is not latency-bound.
-  return c.ctas_per_sm > 1 ? narrow * 1.3 / c.ctas_per_sm : narrow;
+  return block_m >= 256 ? 1.0 : block_m >= 128 ? 0.85 : 0.7;
 }
 
 double plan_cost(const Plan& p, int concurrent_ctas) {
   const double waves = static_cast<double>(ceil_div(p.ctas(), concurrent_ctas));
   const double kb_per_cta = static_cast<double>(ceil_div(p.k_blocks, p.split_k));
   const double width = p.config.block_m / 256.0;
-  double per_cta = kb_per_cta * width / tile_efficiency(p.config) + kFillUnits;
+  double per_cta = kb_per_cta * width / tile_efficiency(p.config.block_m) + kFillUnits;
   if (p.split_k > 1) per_cta += kReduceUnitsPer256 * width;
   return waves * per_cta;
 }
 
 }  // namespace
 
-int default_concurrent_ctas(const TileConfig& config, const DeviceContext& device, int split) {
+int default_concurrent_ctas(const DeviceContext& device, int split) {
   const int sms = device.sm_count > 0 ? device.sm_count : 1;
-  return sms * config.ctas_per_sm / split * split;
+  return sms / split * split;
 }
 
 Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, const DeviceContext& device,
@@ -138,7 +124,7 @@ Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, const DeviceCon
     const std::int64_t k_blocks = ceil_div(k, kBlockK);
     const int max_split = static_cast<int>(std::min<std::int64_t>(kMaxSplitK, k_blocks));
     for (int split = 1; split <= max_split; ++split) {
-      const int running = concurrent ? concurrent(c, split) : default_concurrent_ctas(c, device, split);
+      const int running = concurrent ? concurrent(c, split) : default_concurrent_ctas(device, split);
       if (running < split) continue;  // not even one cluster fits
       const Plan p = make_plan(m, n, k, c, split);
       const double cost = plan_cost(p, running);

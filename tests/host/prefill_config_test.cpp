@@ -18,17 +18,15 @@ using test::h200_context;
 
 TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
   const std::vector<TileConfig>& configs = tile_configs();
-  ASSERT_EQ(configs.size(), 4u);
+  ASSERT_EQ(configs.size(), 3u);
   EXPECT_EQ(configs[0].name(), "sm90a bf16 x nvfp4 m256n128k64 6 stages");
   EXPECT_EQ(configs[1].name(), "sm90a bf16 x nvfp4 m128n128k64 8 stages");
   EXPECT_EQ(configs[2].name(), "sm90a bf16 x nvfp4 m64n128k64 12 stages");
-  EXPECT_EQ(configs[3].name(), "sm90a bf16 x nvfp4 m64n128k64 8 stages, 2 CTAs/SM");
   // stages x (activation tile block_m x 64 x 2 B + weight chunk 4096 + 512 B) + 2 x stages
   // mbarriers of 8 B + 1 KB alignment slack.
   EXPECT_EQ(configs[0].smem_bytes(), 6 * (256 * 128 + 4608) + 96 + 1024);
   EXPECT_EQ(configs[1].smem_bytes(), 8 * (128 * 128 + 4608) + 128 + 1024);
   EXPECT_EQ(configs[2].smem_bytes(), 12 * (64 * 128 + 4608) + 192 + 1024);
-  EXPECT_EQ(configs[3].smem_bytes(), 8 * (64 * 128 + 4608) + 128 + 1024);
   EXPECT_EQ(configs[0].partial_tile_bytes(), 256 * 128 * 4);
   EXPECT_EQ(configs[0].staged_tile_bytes(), 256 * 132 * 4);
   for (const TileConfig& c : configs) {
@@ -49,17 +47,6 @@ TEST(PrefillConfig, FeasibilityAgainstTheDeviceLimit) {
   EXPECT_EQ(s.code, StatusCode::not_supported);
   EXPECT_NE(s.reason.find(std::to_string(tile_configs()[0].smem_bytes())), std::string::npos) << s.reason;
   EXPECT_NE(s.reason.find("101376"), std::string::npos) << s.reason;
-
-  // Two resident CTAs need twice their bytes (plus 1 KiB reserved each) per SM.
-  const TileConfig& two = tile_configs()[3];
-  ASSERT_EQ(two.ctas_per_sm, 2);
-  DeviceContext half = h200_context();
-  half.smem_per_sm = 2 * (two.smem_bytes() + 1024) - 1;
-  const Status t = check_tile_config(two, half);
-  EXPECT_EQ(t.code, StatusCode::not_supported);
-  EXPECT_NE(t.reason.find("2 x (" + std::to_string(two.smem_bytes()) + " + 1024)"), std::string::npos) << t.reason;
-  half.smem_per_sm += 1;
-  EXPECT_TRUE(check_tile_config(two, half).is_ok());
 }
 
 TEST(PrefillConfig, SplitRangesPartitionTheKBlocks) {
@@ -117,15 +104,7 @@ TEST(PrefillPolicy, SmallMUsesTheNarrowTiles) {
     EXPECT_EQ(p.config.block_m, 64) << "M = " << m << ": " << p.describe();
   }
   const Plan q = choose_plan(128, 4096, 4096, h200_context());
-  EXPECT_LT(q.config.block_m, 256) << q.describe();
-}
-
-TEST(PrefillPolicy, FewTilesAtSmallMUseTwoCtasPerSm) {
-  // 32 tiles of 64 x 128 at M = 64, N = 4096: one CTA per SM leaves the schedulers idle.
-  const Plan p = choose_plan(64, 4096, 6144, h200_context());
-  EXPECT_EQ(p.config.ctas_per_sm, 2) << p.describe();
-  EXPECT_GT(p.ctas(), 132) << p.describe();
-  EXPECT_LE(p.ctas(), 264) << p.describe();
+  EXPECT_EQ(q.config.block_m, 128) << q.describe();
 }
 
 TEST(PrefillPolicy, RespectsClusterOccupancy) {

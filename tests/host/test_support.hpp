@@ -46,7 +46,6 @@ inline DeviceContext h200_context() {
   d.cc_minor = 0;
   d.sm_count = 132;
   d.smem_per_block_optin = 232448;  // 227 KiB
-  d.smem_per_sm = 233472;           // 228 KiB
   return d;
 }
 

@@ -36,12 +36,8 @@ namespace {
 
 #if FP4GAP_PREFILL_SM90A
 
-// Registers per thread after setmaxnreg, for CTAS resident CTAs per SM:
-// one CTA: 2 x 128 x 232 + 128 x 40 <= 65536; two: 2 x (2 x 128 x 112 + 128 x 24) <= 65536.
-template <int CTAS>
-constexpr int kProducerRegisters = CTAS == 1 ? 40 : 24;
-template <int CTAS>
-constexpr int kConsumerRegisters = CTAS == 1 ? 232 : 112;
+constexpr int kProducerRegisters = 40;
+constexpr int kConsumerRegisters = 232;  // 2 x 128 x 232 + 128 x 40 <= 65536
 
 template <int BM>
 struct Wgmma;
@@ -129,8 +125,8 @@ __device__ __forceinline__ void store_staged_tile(const float* staged, void* out
 
 #endif  // FP4GAP_PREFILL_SM90A
 
-template <int BM, int STAGES, int CTAS>
-__global__ void __launch_bounds__(kThreadsPerCta, CTAS)
+template <int BM, int STAGES>
+__global__ void __launch_bounds__(kThreadsPerCta, 1)
     prefill_gemm_kernel(const __grid_constant__ CUtensorMap act_map, const std::uint8_t* __restrict__ weights,
                         void* __restrict__ out, OutputType out_type, int m, int n, int k_blocks, int split_k,
                         float alpha) {
@@ -168,7 +164,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, CTAS)
 
   if (warpgroup == kConsumerWarpgroups) {
     // ---- producer ----
-    ptx::release_registers<kProducerRegisters<CTAS>>();
+    ptx::release_registers<kProducerRegisters>();
     if (threadIdx.x == kConsumerWarpgroups * 128) {
       ptx::prefetch_tensor_map(&act_map);
       for (int it = 0; it < iters; ++it) {
@@ -188,7 +184,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, CTAS)
     }
   } else {
     // ---- consumers ----
-    ptx::claim_registers<kConsumerRegisters<CTAS>>();
+    ptx::claim_registers<kConsumerRegisters>();
     const int tid = threadIdx.x % 128;
     const int warp = tid / 32, lane = tid % 32;
     const int g = lane / 4, t = lane % 4;
@@ -334,10 +330,9 @@ __global__ void dequantize_bf16_kernel(const std::uint8_t* __restrict__ codes, c
 using KernelFn = void (*)(CUtensorMap, const std::uint8_t*, void*, OutputType, int, int, int, int, float);
 
 KernelFn kernel_for(const TileConfig& c) {
-  if (c.ctas_per_sm == 1 && c.block_m == 256 && c.stages == 6) return prefill_gemm_kernel<256, 6, 1>;
-  if (c.ctas_per_sm == 1 && c.block_m == 128 && c.stages == 8) return prefill_gemm_kernel<128, 8, 1>;
-  if (c.ctas_per_sm == 1 && c.block_m == 64 && c.stages == 12) return prefill_gemm_kernel<64, 12, 1>;
-  if (c.ctas_per_sm == 2 && c.block_m == 64 && c.stages == 8) return prefill_gemm_kernel<64, 8, 2>;
+  if (c.block_m == 256 && c.stages == 6) return prefill_gemm_kernel<256, 6>;
+  if (c.block_m == 128 && c.stages == 8) return prefill_gemm_kernel<128, 8>;
+  if (c.block_m == 64 && c.stages == 12) return prefill_gemm_kernel<64, 12>;
   throw InvalidArgument("no prefill kernel compiled for " + c.name() + " (see prefill_tile_configs())");
 }
 
@@ -408,16 +403,13 @@ int concurrent_ctas(const TileConfig& config, int split) {
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   struct Entry {
-    int dev, block_m, stages, ctas_per_sm, split, ctas;
+    int dev, block_m, stages, split, ctas;
   };
   static std::mutex mutex;
   static std::vector<Entry> cache;
   std::lock_guard<std::mutex> lock(mutex);
   for (const Entry& e : cache) {
-    if (e.dev == dev && e.block_m == config.block_m && e.stages == config.stages &&
-        e.ctas_per_sm == config.ctas_per_sm && e.split == split) {
-      return e.ctas;
-    }
+    if (e.dev == dev && e.block_m == config.block_m && e.stages == config.stages && e.split == split) return e.ctas;
   }
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(split * 1024));
@@ -432,7 +424,7 @@ int concurrent_ctas(const TileConfig& config, int split) {
   cfg.numAttrs = 1;
   int clusters = 0;
   CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel_for(config), &cfg));
-  cache.push_back({dev, config.block_m, config.stages, config.ctas_per_sm, split, clusters * split});
+  cache.push_back({dev, config.block_m, config.stages, split, clusters * split});
   return clusters * split;
 }
 

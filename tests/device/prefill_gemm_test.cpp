@@ -174,34 +174,37 @@ void launch(const DeviceGemm& d, const GemmInputs& in, const prefill::Plan& plan
 TEST(PrefillKernel, EveryConfigurationAndSplitIsExactAndRepeatable) {
   REQUIRE_HOPPER();
   // 300 rows: one full and one partial activation tile of either width; 200 weight rows: a
-  // partial weight tile; K = 576: 9 K blocks, split unevenly.
-  const GemmProblem p = make_problem(300, 200, 576, false, OutputType::f32);
-  const std::uint64_t seed = 7400;
-  const GemmInputs in = make_gemm_inputs(p, seed, InputDistribution::exact_grid);
-  const ReferenceResult ref = reference_gemm(in.a_view(), in.b_view(), in.alpha);
-  for (const prefill::TileConfig& c : prefill::tile_configs()) {
-    for (int split : {1, 2, 3, 4, 5, 8}) {
-      const prefill::Plan plan = prefill::make_plan(p.m, p.n, p.k, c, split);
-      SCOPED_TRACE(repro(plan.describe() + ", " + p.label(), seed));
-      if (prefill::concurrent_ctas(c, split) < split) {
-        ADD_FAILURE() << "a cluster of " << split << " CTAs of " << c.name() << " cannot run on " << gpu().name;
-        continue;
-      }
-      DeviceGemm d = upload(in, plan);
-      d.out.fill_bytes(0xFF);
-      launch(d, in, plan, nullptr);
-      CUDA_CHECK(cudaGetLastError());
-      const std::vector<float> first = read_floats(d, p);
-      const VerifyResult v = verify_gemm_output(first.data(), ref, p.k, p.out_type);
-      EXPECT_TRUE(v.passed) << v.message;
-      EXPECT_EQ(v.non_finite, 0);
-      expect_exact(first, ref, p.out_type);
-      for (int again = 0; again < 3; ++again) {
+  // partial weight tile; K = 576, 448, 384: 9, 7 and 6 K blocks, split unevenly, so that every
+  // way a CTA's K blocks can end (after whole two-group rounds, then 0-3 blocks) is met.
+  for (const std::int64_t k : {576, 448, 384}) {
+    const GemmProblem p = make_problem(300, 200, k, false, OutputType::f32);
+    const std::uint64_t seed = 7400 + static_cast<std::uint64_t>(k);
+    const GemmInputs in = make_gemm_inputs(p, seed, InputDistribution::exact_grid);
+    const ReferenceResult ref = reference_gemm(in.a_view(), in.b_view(), in.alpha);
+    for (const prefill::TileConfig& c : prefill::tile_configs()) {
+      for (int split : {1, 2, 3, 4, 5, 8}) {
+        const prefill::Plan plan = prefill::make_plan(p.m, p.n, p.k, c, split);
+        SCOPED_TRACE(repro(plan.describe() + ", " + p.label(), seed));
+        if (prefill::concurrent_ctas(c, split) < split) {
+          ADD_FAILURE() << "a cluster of " << split << " CTAs of " << c.name() << " cannot run on " << gpu().name;
+          continue;
+        }
+        DeviceGemm d = upload(in, plan);
         d.out.fill_bytes(0xFF);
         launch(d, in, plan, nullptr);
-        const std::vector<float> next = read_floats(d, p);
-        ASSERT_EQ(std::memcmp(next.data(), first.data(), next.size() * sizeof(float)), 0)
-            << "run " << again + 2 << " differs bitwise from run 1";
+        CUDA_CHECK(cudaGetLastError());
+        const std::vector<float> first = read_floats(d, p);
+        const VerifyResult v = verify_gemm_output(first.data(), ref, p.k, p.out_type);
+        EXPECT_TRUE(v.passed) << v.message;
+        EXPECT_EQ(v.non_finite, 0);
+        expect_exact(first, ref, p.out_type);
+        for (int again = 0; again < 3; ++again) {
+          d.out.fill_bytes(0xFF);
+          launch(d, in, plan, nullptr);
+          const std::vector<float> next = read_floats(d, p);
+          ASSERT_EQ(std::memcmp(next.data(), first.data(), next.size() * sizeof(float)), 0)
+              << "run " << again + 2 << " differs bitwise from run 1";
+        }
       }
     }
   }

@@ -61,6 +61,10 @@ struct TileConfig {
   // Shared memory of the fp32 output tile staged for coalesced stores (rows padded to
   // kStagedStride floats); it reuses the stage ring too.
   std::int64_t staged_tile_bytes() const;
+  // Shared memory of a split-K CTA's epilogue: its partial tile (read by the other CTAs of the
+  // cluster) followed by its reduced share of the rows, staged; at most half the rows for
+  // split >= 2. It reuses the stage ring.
+  std::int64_t split_epilogue_bytes() const;
   // Bytes of one pipeline stage: the activation tile plus one packed weight chunk.
   std::int64_t stage_bytes() const;
 };

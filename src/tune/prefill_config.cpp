@@ -33,6 +33,10 @@ std::int64_t TileConfig::partial_tile_bytes() const {
 
 std::int64_t TileConfig::staged_tile_bytes() const { return static_cast<std::int64_t>(block_m) * kStagedStride * 4; }
 
+std::int64_t TileConfig::split_epilogue_bytes() const {
+  return partial_tile_bytes() + static_cast<std::int64_t>(block_m / 2) * kStagedStride * 4;
+}
+
 const std::vector<TileConfig>& tile_configs() {
   // Must match the instantiations in src/cuda/prefill/prefill_gemm.cu.
   static const std::vector<TileConfig> configs = {
@@ -52,9 +56,9 @@ Status check_tile_config(const TileConfig& c, const DeviceContext& device) {
     return Status::not_supported(os.str());
   }
   const std::int64_t ring = c.stages * c.stage_bytes();
-  if (c.partial_tile_bytes() > ring || c.staged_tile_bytes() > ring) {
+  if (c.split_epilogue_bytes() > ring || c.staged_tile_bytes() > ring) {
     std::ostringstream os;
-    os << c.name() << ": the split-K partial tile (" << c.partial_tile_bytes() << " bytes) or the staged output tile ("
+    os << c.name() << ": the split-K epilogue (" << c.split_epilogue_bytes() << " bytes) or the staged output tile ("
        << c.staged_tile_bytes() << " bytes) does not fit in the stage ring (" << ring << " bytes)";
     return Status::not_supported(os.str());
   }

@@ -68,19 +68,6 @@ __device__ __forceinline__ void store_output(void* out, OutputType type, std::in
   }
 }
 
-// Writes one accumulator quad of the wgmma D fragment: v = (row n, col c), (n, c + 1),
-// (n + 8, c), (n + 8, c + 1) of D^T, i.e. D[c][n] ... D[c + 1][n + 8].
-__device__ __forceinline__ void store_quad(void* out, OutputType type, int m, int n, int col, int row,
-                                           float4 v, float alpha) {
-  const float vals[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const int c = col + (e & 1);
-    const int r = row + ((e >> 1) << 3);
-    if (c < m && r < n) store_output(out, type, static_cast<std::int64_t>(c) * n + r, alpha * vals[e]);
-  }
-}
-
 // Stores rows [0, rows) of the staged fp32 tile (alpha applied) to D[m0 + r][n0 + c], 16 bytes per
 // thread and store where the row allows it (N a multiple of 8 elements for 16-bit outputs, 4 for
 // f32), element by element at the N edge otherwise.
@@ -286,8 +273,6 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) ptx::fence_register(acc[i]);
 
-    const int n_row = nt * kBlockN + frag_row;
-    const int m_col = mt * BM + 2 * t;
     if (split_k == 1) {
       // Staged through shared memory so that global stores are 16-byte and row-contiguous: the
       // fragment layout alone gives 4 rows x 16 bytes per warp store. The stage ring is free once
@@ -320,8 +305,11 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
       }
       ptx::cluster_sync();
       // This CTA reduces its share of the accumulator quads, adding the partials of ranks 0, 1, ...
-      // in that order whatever the rank: the sum is the same bits on every run.
+      // in that order whatever the rank: the sum is the same bits on every run. Quad i holds
+      // output rows 8i .. 8i + 7, so a share is a band of whole rows: staged after the partials
+      // (which other CTAs still read) and stored 16 bytes at a time like the unsplit tile.
       const KRange share = split_k_range(kAcc / 4, split_k, split);
+      float* staged = reinterpret_cast<float*>(base_ptr + BM * kBlockN * 4);
       for (int i = static_cast<int>(share.begin); i < static_cast<int>(share.end); ++i) {
         const std::uint32_t local = ptx::smem_addr(&partial[i * (kConsumerWarpgroups * 128) + thread]);
         float4 sum = ptx::load_cluster_f4(ptx::map_to_rank(local, 0));
@@ -332,8 +320,16 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
           sum.z += v.z;
           sum.w += v.w;
         }
-        store_quad(out, out_type, m, n, m_col + 8 * i, n_row, sum, alpha);
+        const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
+        const int band_row = 8 * (i - static_cast<int>(share.begin)) + 2 * t;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          staged[(band_row + (e & 1)) * kStagedStride + frag_row + ((e >> 1) << 3)] = alpha * vals[e];
+        }
       }
+      ptx::named_barrier(1, kConsumerWarpgroups * 128);
+      store_staged_tile(staged, out, out_type, m, n, mt * BM + 8 * static_cast<int>(share.begin), nt * kBlockN,
+                        8 * static_cast<int>(share.end - share.begin), thread);
       ptx::cluster_sync();  // no CTA leaves while another still reads its shared memory
     }
   }

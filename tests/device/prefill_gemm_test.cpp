@@ -246,7 +246,7 @@ TEST(PrefillKernel, DISABLED_SweepConfigsAndSplits) {
     std::int64_t n, k;
   };
   for (const Nk s : {Nk{2048, 6144}, Nk{4096, 6144}, Nk{6144, 2048}}) {
-    for (std::int64_t m : {128, 256, 512, 1024, 4096}) {
+    for (std::int64_t m : {32, 64, 128, 256, 512, 1024, 4096}) {
       const GemmProblem p = make_problem(m, s.n, s.k, false, OutputType::bf16);
       const GemmInputs in = make_gemm_inputs(p, 1, InputDistribution::random);
       const std::vector<std::uint8_t> packed = prefill::pack_weights(in.b_fp4).bytes;

@@ -3,6 +3,7 @@
 // tile configuration and split-K factor, poisoned outputs, bitwise-repeatable runs, graph replay.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -286,6 +287,64 @@ TEST(PrefillKernel, DISABLED_SweepConfigsAndSplits) {
         }
       }
     }
+  }
+}
+
+// Diagnostic, not a test of speed: where a CTA's time goes (first stage's arrival, main loop,
+// epilogue) and how long an SM waits between CTAs, from the kernel's optional timeline, with L2
+// flushed before the launch (cold weights and activations). Run by hand on the GPU:
+//   fp4gap_device_tests --gtest_also_run_disabled_tests --gtest_filter='PrefillKernel.DISABLED_Timeline'
+TEST(PrefillKernel, DISABLED_Timeline) {
+  REQUIRE_HOPPER();
+  struct Shape {
+    std::int64_t m, n, k;
+  };
+  cuda::DeviceBuffer<std::uint8_t> flush(static_cast<std::size_t>(2 * gpu().l2_bytes));
+  for (const Shape s : {Shape{4096, 6144, 2048}, Shape{4096, 4096, 6144}, Shape{1024, 4096, 6144},
+                        Shape{512, 2048, 6144}, Shape{64, 4096, 6144}}) {
+    const GemmProblem p = make_problem(s.m, s.n, s.k, false, OutputType::bf16);
+    const GemmInputs in = make_gemm_inputs(p, 1, InputDistribution::random);
+    const prefill::Plan plan = prefill::choose_plan(s.m, s.n, s.k, gpu(), prefill::concurrent_ctas);
+    const DeviceGemm d = upload(in, plan);
+    const auto ctas = static_cast<std::size_t>(plan.ctas());
+    cuda::DeviceBuffer<std::uint64_t> timeline(ctas * prefill::kTimelineFields);
+    for (int warm = 0; warm < 2; ++warm) launch(d, in, plan, nullptr);
+    flush.fill_bytes(0x5A);
+    prefill::launch_gemm(plan, d.map, d.packed.get(), d.out.get(), p.out_type, p.m, p.n, static_cast<float>(in.alpha),
+                         nullptr, timeline.get());
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<std::uint64_t> t = timeline.download();
+    auto field = [&](std::size_t cta, int f) { return static_cast<double>(t[cta * prefill::kTimelineFields + f]); };
+    double begin = field(0, 0), end = field(0, 3);
+    std::vector<double> first, main_loop, epilogue, gaps;
+    std::vector<std::vector<std::size_t>> per_sm(static_cast<std::size_t>(gpu().sm_count));
+    for (std::size_t c = 0; c < ctas; ++c) {
+      ASSERT_LE(field(c, 0), field(c, 1)) << "CTA " << c;
+      ASSERT_LE(field(c, 1), field(c, 2)) << "CTA " << c;
+      ASSERT_LE(field(c, 2), field(c, 3)) << "CTA " << c;
+      const auto sm = static_cast<std::size_t>(field(c, 4));
+      ASSERT_LT(sm, per_sm.size()) << "CTA " << c;
+      begin = std::min(begin, field(c, 0));
+      end = std::max(end, field(c, 3));
+      first.push_back((field(c, 1) - field(c, 0)) * 1e-3);
+      main_loop.push_back((field(c, 2) - field(c, 1)) * 1e-3);
+      epilogue.push_back((field(c, 3) - field(c, 2)) * 1e-3);
+      per_sm[sm].push_back(c);
+    }
+    for (std::vector<std::size_t>& on_sm : per_sm) {
+      std::sort(on_sm.begin(), on_sm.end(), [&](std::size_t a, std::size_t b) { return field(a, 0) < field(b, 0); });
+      for (std::size_t i = 1; i < on_sm.size(); ++i) gaps.push_back((field(on_sm[i], 0) - field(on_sm[i - 1], 3)) * 1e-3);
+    }
+    auto median = [](std::vector<double> v) {
+      if (v.empty()) return 0.0;
+      std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+      return v[v.size() / 2];
+    };
+    auto largest = [](const std::vector<double>& v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); };
+    std::printf("%-40s %-45s %5zu CTAs: span %7.2f us | first stage median %5.2f max %5.2f | main loop median %7.2f max "
+                "%7.2f | epilogue median %5.2f max %5.2f | SM gap between CTAs median %5.2f max %5.2f us\n",
+                p.label().c_str(), plan.describe().c_str(), ctas, (end - begin) * 1e-3, median(first), largest(first),
+                median(main_loop), largest(main_loop), median(epilogue), largest(epilogue), median(gaps), largest(gaps));
   }
 }
 

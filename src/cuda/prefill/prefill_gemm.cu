@@ -116,8 +116,10 @@ template <int BM, int STAGES>
 __global__ void __launch_bounds__(kThreadsPerCta, 1)
     prefill_gemm_kernel(const __grid_constant__ CUtensorMap act_map, const std::uint8_t* __restrict__ weights,
                         void* __restrict__ out, OutputType out_type, int m, int n, int k_blocks, int split_k,
-                        float alpha) {
+                        float alpha, std::uint64_t* __restrict__ timeline) {
 #if FP4GAP_PREFILL_SM90A
+  // Optional per-CTA timeline (kTimelineFields words per CTA, prefill_gemm.cuh), written by thread 0.
+  const std::uint64_t t_start = timeline != nullptr ? ptx::global_timer() : 0;
   constexpr int kActStageBytes = BM * kBlockK * 2;
   constexpr int kAcc = BM / 2;  // fp32 accumulators per consumer thread (m64 x BM / 128 threads)
   constexpr int kGroup = BM >= 256 ? 1 : 2;  // K blocks per wgmma group (see the consumers)
@@ -251,6 +253,11 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
     // No condition inside the loop body: with one there, ptxas cannot see where each wgmma group
     // ends and serializes every wgmma (C7513). The tail (fewer than 2 groups left) runs after it,
     // alternating buffers so that no group overwrites the fragments of the one still in flight.
+    std::uint64_t t_first_data = 0;
+    if (timeline != nullptr && threadIdx.x == 0) {
+      if (iters > 0) ptx::mbarrier_wait(full_bar(0), 0);
+      t_first_data = ptx::global_timer();
+    }
     int it = 0;
     for (; it + 2 * kGroup <= iters; it += 2 * kGroup) {
       consume(it, it - kGroup, Buffer0{}, Group{});
@@ -272,6 +279,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
     ptx::wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) ptx::fence_register(acc[i]);
+    const std::uint64_t t_mainloop_end = timeline != nullptr ? ptx::global_timer() : 0;
 
     if (split_k == 1) {
       // Staged through shared memory so that global stores are 16-byte and row-contiguous: the
@@ -332,10 +340,19 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
                         8 * static_cast<int>(share.end - share.begin), thread);
       ptx::cluster_sync();  // no CTA leaves while another still reads its shared memory
     }
+    if (timeline != nullptr && threadIdx.x == 0) {
+      std::uint64_t* row = timeline + static_cast<std::size_t>(blockIdx.x) * kTimelineFields;
+      row[0] = t_start;
+      row[1] = t_first_data;
+      row[2] = t_mainloop_end;
+      row[3] = ptx::global_timer();
+      row[4] = ptx::sm_id();
+    }
   }
 #else
   // Built without sm_90a: kernels_available() reports it before anything launches this.
-  (void)weights, (void)out, (void)out_type, (void)m, (void)n, (void)k_blocks, (void)split_k, (void)alpha;
+  (void)weights, (void)out, (void)out_type, (void)m, (void)n, (void)k_blocks, (void)split_k, (void)alpha,
+      (void)timeline;
   __trap();
 #endif
 }
@@ -358,7 +375,8 @@ __global__ void dequantize_bf16_kernel(const std::uint8_t* __restrict__ codes, c
   dst[1] = make_uint4(v[4], v[5], v[6], v[7]);
 }
 
-using KernelFn = void (*)(CUtensorMap, const std::uint8_t*, void*, OutputType, int, int, int, int, float);
+using KernelFn = void (*)(CUtensorMap, const std::uint8_t*, void*, OutputType, int, int, int, int, float,
+                          std::uint64_t*);
 
 KernelFn kernel_for(const TileConfig& c) {
   if (c.block_m == 256 && c.stages == 6) return prefill_gemm_kernel<256, 6>;
@@ -497,7 +515,8 @@ CUtensorMap make_activation_map(const void* act_bf16, std::int64_t m, std::int64
 }
 
 void launch_gemm(const Plan& plan, const CUtensorMap& act_map, const std::uint8_t* packed, void* out,
-                 OutputType out_type, std::int64_t m, std::int64_t n, float alpha, cudaStream_t stream) {
+                 OutputType out_type, std::int64_t m, std::int64_t n, float alpha, cudaStream_t stream,
+                 std::uint64_t* timeline) {
   prepare_launch(plan);
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(plan.ctas()));
@@ -514,7 +533,8 @@ void launch_gemm(const Plan& plan, const CUtensorMap& act_map, const std::uint8_
   // The dequantized weight carries 2^-7 (prefill.hpp, packed layout): the epilogue gives it back.
   const float kernel_alpha = static_cast<float>(static_cast<double>(alpha) * decode::kernel_alpha_factor(decode::Math::w4a16));
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel_for(plan.config), act_map, packed, out, out_type, static_cast<int>(m),
-                                static_cast<int>(n), static_cast<int>(plan.k_blocks), plan.split_k, kernel_alpha));
+                                static_cast<int>(n), static_cast<int>(plan.k_blocks), plan.split_k, kernel_alpha,
+                                timeline));
 }
 
 void launch_dequantize_bf16(const std::uint8_t* codes, const std::uint8_t* scales, std::uint16_t* out,

@@ -30,10 +30,17 @@ void prepare_launch(const Plan& plan);
 // 128-byte swizzle (rows beyond m read as zeros). k * 2 must be a multiple of 16.
 CUtensorMap make_activation_map(const void* act_bf16, std::int64_t m, std::int64_t k, int block_m);
 
+// Words per CTA of the optional timeline: %globaltimer (ns) at the CTA's start, when its first stage
+// had arrived, at the end of its main loop and at the end of its epilogue, then its SM id.
+inline constexpr int kTimelineFields = 5;
+
 // D[m, n] = alpha * A * W^T on `stream`. `act_map` from make_activation_map(.., plan.config.block_m);
 // `packed` from pack_weights (uploaded); `out` row-major [m, n] of `out_type`. Graph-capturable.
+// `timeline`: nullptr, or plan.ctas() x kTimelineFields words of device memory that thread 0 of
+// each CTA fills (a diagnostic: where a CTA's time goes; costs one wait and four timer reads).
 void launch_gemm(const Plan& plan, const CUtensorMap& act_map, const std::uint8_t* packed, void* out,
-                 OutputType out_type, std::int64_t m, std::int64_t n, float alpha, cudaStream_t stream);
+                 OutputType out_type, std::int64_t m, std::int64_t n, float alpha, cudaStream_t stream,
+                 std::uint64_t* timeline = nullptr);
 
 // Exact NVFP4 -> bf16 dequantization of a row-major [m, k] matrix with LINEAR scales (no global
 // scale): out = e2m1 * e4m3. k % 16 == 0. Graph-capturable.

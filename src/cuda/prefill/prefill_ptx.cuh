@@ -17,6 +17,18 @@
 
 namespace fp4gap::prefill::ptx {
 
+// Nanoseconds of the GPU-wide timer (for the optional per-CTA timeline) and this CTA's SM.
+__device__ __forceinline__ std::uint64_t global_timer() {
+  std::uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ std::uint32_t sm_id() {
+  std::uint32_t id;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+  return id;
+}
+
 __device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
   return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
 }

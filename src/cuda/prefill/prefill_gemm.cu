@@ -122,7 +122,6 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
   const std::uint64_t t_start = timeline != nullptr ? ptx::global_timer() : 0;
   constexpr int kActStageBytes = BM * kBlockK * 2;
   constexpr int kAcc = BM / 2;  // fp32 accumulators per consumer thread (m64 x BM / 128 threads)
-  constexpr int kGroup = BM >= 256 ? 1 : 2;  // K blocks per wgmma group (see the consumers)
 
   extern __shared__ std::uint8_t smem_raw[];
   const std::uint32_t raw_addr = ptx::smem_addr(smem_raw);
@@ -183,99 +182,65 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
     float acc[kAcc];
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
-    // A wgmma group covers kGroup K blocks. The warp dequantizes group g into frag[g % 2] while
-    // group g - 1 (frag[(g - 1) % 2]) still runs on the tensor cores; the buffer index must be a
-    // compile-time constant (registers), hence the two-group unrolled loop below. With the m64 and
-    // m128 tiles one K block is too little tensor work (256 / 512 tensor cycles per CTA) to cover a
-    // consumer warp's dequantization chain (~500 cycles, PERF-LOG run 10): two blocks per group
-    // interleave two independent chains. m256 keeps one (its 128 accumulators leave no room).
-    std::uint32_t frag[2][4 * kGroup][4];
-    // Blocks [it, it + G) as one wgmma group in frag[B]; then, once the previous group (blocks
-    // [released, it)) has completed, hands its stages back to the producer.
-    auto consume = [&](int it, int released, auto buffer, auto blocks) {
+    // Fragments of two K blocks: block it is dequantized into frag[it % 2] while the wgmmas of
+    // block it - 1 (frag[(it - 1) % 2]) still run. The buffer index must be a compile-time
+    // constant (registers), hence the two-block unrolled loop below.
+    std::uint32_t frag[2][4][4];
+
+    auto consume = [&](int it, auto buffer) {
       constexpr int b = decltype(buffer)::value;
-      constexpr int G = decltype(blocks)::value;
-      std::uint32_t words[G][4], scales_lo[G], scales_hi[G];
+      const int s = it % STAGES;
+      ptx::mbarrier_wait(full_bar(s), (it / STAGES) & 1);
+      const std::uint8_t* chunk = base_ptr + wgt_offset + s * kChunkBytes;
+      const uint4 codes = *reinterpret_cast<const uint4*>(chunk + chunk_code_word_offset(warpgroup, tid, 0));
+      const std::uint32_t scales_lo = *reinterpret_cast<const std::uint32_t*>(chunk + chunk_scale_offset(frag_row, 0));
+      const std::uint32_t scales_hi =
+          *reinterpret_cast<const std::uint32_t*>(chunk + chunk_scale_offset(frag_row + 8, 0));
+      const std::uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
 #pragma unroll
-      for (int q = 0; q < G; ++q) {
-        const int s = (it + q) % STAGES;
-        ptx::mbarrier_wait(full_bar(s), ((it + q) / STAGES) & 1);
-        const std::uint8_t* chunk = base_ptr + wgt_offset + s * kChunkBytes;
-        const uint4 codes = *reinterpret_cast<const uint4*>(chunk + chunk_code_word_offset(warpgroup, tid, 0));
-        words[q][0] = codes.x;
-        words[q][1] = codes.y;
-        words[q][2] = codes.z;
-        words[q][3] = codes.w;
-        scales_lo[q] = *reinterpret_cast<const std::uint32_t*>(chunk + chunk_scale_offset(frag_row, 0));
-        scales_hi[q] = *reinterpret_cast<const std::uint32_t*>(chunk + chunk_scale_offset(frag_row + 8, 0));
-      }
+      for (int j = 0; j < 4; ++j) {
+        // Step j's codes (e2m1 * 2^-126) times its rows' scale multipliers (scale * 2^119).
+        std::uint32_t v[4];
+        decode::unpack_shuffled_word<decode::Math::w4a16>(words[j], v);
+        const std::uint32_t scale[2] = {decode::scale_pair<decode::Math::w4a16>(scales_lo, j),
+                                        decode::scale_pair<decode::Math::w4a16>(scales_hi, j)};
 #pragma unroll
-      for (int q = 0; q < G; ++q) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          // Step j's codes (e2m1 * 2^-126) times its rows' scale multipliers (scale * 2^119).
-          std::uint32_t v[4];
-          decode::unpack_shuffled_word<decode::Math::w4a16>(words[q][j], v);
-          const std::uint32_t scale[2] = {decode::scale_pair<decode::Math::w4a16>(scales_lo[q], j),
-                                          decode::scale_pair<decode::Math::w4a16>(scales_hi[q], j)};
-#pragma unroll
-          for (int r = 0; r < 4; ++r) frag[b][4 * q + j][r] = decode::multiply_pair<decode::Math::w4a16>(v[r], scale[r & 1]);
-        }
+        for (int r = 0; r < 4; ++r) frag[b][j][r] = decode::multiply_pair<decode::Math::w4a16>(v[r], scale[r & 1]);
       }
       // Every wgmma input (fragments, descriptors) is pinned before the fence: the compiler would
       // otherwise sink its computation between the wgmmas, and ptxas then serializes the group
       // (warning C7513).
-      std::uint64_t desc[4 * G];
+      const std::uint32_t act = act_smem + s * kActStageBytes;
+      std::uint64_t desc[4];
 #pragma unroll
-      for (int q = 0; q < G; ++q) {
-        const std::uint32_t act = act_smem + ((it + q) % STAGES) * kActStageBytes;
+      for (int j = 0; j < 4; ++j) {
+        desc[j] = ptx::sw128_kmajor_desc(act + 32u * j);
+        ptx::fence_register(desc[j]);
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          desc[4 * q + j] = ptx::sw128_kmajor_desc(act + 32u * j);
-          ptx::fence_register(desc[4 * q + j]);
-#pragma unroll
-          for (int r = 0; r < 4; ++r) ptx::fence_register(frag[b][4 * q + j][r]);
-        }
+        for (int r = 0; r < 4; ++r) ptx::fence_register(frag[b][j][r]);
       }
       ptx::wgmma_fence();
 #pragma unroll
-      for (int j = 0; j < 4 * G; ++j) Wgmma<BM>::mma(acc, frag[b][j], desc[j]);
+      for (int j = 0; j < 4; ++j) Wgmma<BM>::mma(acc, frag[b][j], desc[j]);
       ptx::wgmma_commit();
+      // Block it - 1 is complete: its stage goes back to the producer and its fragment buffer is
+      // free for block it + 1.
       ptx::wgmma_wait<1>();
-      if (lane == 0) {
-        for (int q = released > 0 ? released : 0; q < it; ++q) ptx::mbarrier_arrive(empty_bar(q % STAGES));
-      }
+      if (it > 0 && lane == 0) ptx::mbarrier_arrive(empty_bar((it - 1) % STAGES));
     };
-    using Buffer0 = std::integral_constant<int, 0>;
-    using Buffer1 = std::integral_constant<int, 1>;
-    using Group = std::integral_constant<int, kGroup>;
-    using Single = std::integral_constant<int, 1>;
-    // No condition inside the loop body: with one there, ptxas cannot see where each wgmma group
-    // ends and serializes every wgmma (C7513). The tail (fewer than 2 groups left) runs after it,
-    // alternating buffers so that no group overwrites the fragments of the one still in flight.
     std::uint64_t t_first_data = 0;
     if (timeline != nullptr && threadIdx.x == 0) {
       if (iters > 0) ptx::mbarrier_wait(full_bar(0), 0);
       t_first_data = ptx::global_timer();
     }
+    // No condition inside the loop body: with one there, ptxas cannot see where each wgmma group
+    // ends and serializes every wgmma (C7513).
     int it = 0;
-    for (; it + 2 * kGroup <= iters; it += 2 * kGroup) {
-      consume(it, it - kGroup, Buffer0{}, Group{});
-      consume(it + kGroup, it, Buffer1{}, Group{});
+    for (; it + 1 < iters; it += 2) {
+      consume(it, std::integral_constant<int, 0>{});
+      consume(it + 1, std::integral_constant<int, 1>{});
     }
-    int released = it - kGroup;  // where the last group of the loop started (negative: none ran)
-    if constexpr (kGroup == 2) {
-      if (it + 2 <= iters) {
-        consume(it, released, Buffer0{}, Group{});
-        released = it;
-        it += 2;
-        if (it < iters) consume(it, released, Buffer1{}, Single{});
-      } else if (it < iters) {
-        consume(it, released, Buffer0{}, Single{});
-      }
-    } else {
-      if (it < iters) consume(it, released, Buffer0{}, Single{});
-    }
+    if (it < iters) consume(it, std::integral_constant<int, 0>{});
     ptx::wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) ptx::fence_register(acc[i]);

@@ -93,22 +93,34 @@ Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, const TileConfig&
 
 namespace {
 
-// Cost model, in units of one k-block of a block_m = 256 CTA at full tensor-core rate (~0.55 us
-// on an H200). Estimates to be refit against measurements (docs/KERNELS-prefill.md).
-constexpr double kFillUnits = 3.0;          // pipeline fill and launch, per CTA
-constexpr double kReduceUnitsPer256 = 2.0;  // split-K reduction through DSMEM, per CTA
-double tile_efficiency(int block_m) {
-  // A narrower tile dequantizes the same weights for fewer FLOPs (half, a quarter).
-  return block_m >= 256 ? 1.0 : block_m >= 128 ? 0.85 : 0.7;
+// Per-CTA time of each tile on the H200, fitted to the sweep of every configuration x split on
+// the glm5 shapes at M = 128..4096 (PERF-LOG run 11; median error 2.5-3%, the sweep's best plan
+// or one within 2% of it at all 15 points): a fixed part (the first stage's arrival, the
+// epilogue, the CTA's share of the launch), a split-K reduction through DSMEM, and the main loop
+// per K block. Only the ranking matters for the choice; other GPUs scale all three alike.
+struct TileCost {
+  int block_m;
+  double fixed_us, split_us, per_k_block_us;
+};
+constexpr TileCost kTileCosts[] = {
+    {256, 5.42, 2.95, 0.658},  // main loop at ~92% of the bf16 tensor rate
+    {128, 3.82, 1.37, 0.404},  // ~77%: one K block of wgmmas hides less of the dequantization
+    {64, 2.86, 1.06, 0.302},   // ~51%
+};
+
+const TileCost& tile_cost(int block_m) {
+  for (const TileCost& c : kTileCosts) {
+    if (c.block_m == block_m) return c;
+  }
+  throw InvalidArgument("no prefill cost entry for block_m = " + std::to_string(block_m));
 }
 
 double plan_cost(const Plan& p, int concurrent_ctas) {
+  const TileCost& c = tile_cost(p.config.block_m);
   const double waves = static_cast<double>(ceil_div(p.ctas(), concurrent_ctas));
   const double kb_per_cta = static_cast<double>(ceil_div(p.k_blocks, p.split_k));
-  const double width = p.config.block_m / 256.0;
-  double per_cta = kb_per_cta * width / tile_efficiency(p.config.block_m) + kFillUnits;
-  if (p.split_k > 1) per_cta += kReduceUnitsPer256 * width;
-  return waves * per_cta;
+  const double split = p.split_k > 1 ? c.split_us : 0.0;
+  return waves * (c.fixed_us + split + c.per_k_block_us * kb_per_cta);
 }
 
 }  // namespace

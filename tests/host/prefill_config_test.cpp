@@ -109,6 +109,39 @@ TEST(PrefillPolicy, SmallMUsesTheNarrowTiles) {
   EXPECT_EQ(q.config.block_m, 128) << q.describe();
 }
 
+TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
+  // CTAs the occupancy API let run at once on the H200 in clusters of `split` (run 10's sweep;
+  // splits 5 and 7 were not swept, so they are left out here).
+  const ConcurrentCtas h200 = [](const TileConfig&, int split) {
+    switch (split) {
+      case 1: case 2: return 132;
+      case 3: return 117;
+      case 4: case 8: return 120;
+      case 6: return 102;
+      default: return 0;
+    }
+  };
+  struct Case {
+    std::int64_t m, n, k;
+    int block_m, split;
+  };
+  // The sweep's fastest plan at each point (graph us, cold inputs); the comments give what the
+  // unit-based model before run 11 chose there.
+  for (const Case c : {Case{256, 6144, 2048, 128, 1},    // 17.30 us (was m256 split 2: 20.09)
+                       Case{1024, 6144, 2048, 128, 1},   // 49.06 (was m256 split 2: 58.23)
+                       Case{128, 4096, 6144, 128, 3},    // 19.11 (was m64 split 2: 19.62)
+                       Case{512, 2048, 6144, 128, 2},    // 24.95
+                       Case{512, 4096, 6144, 256, 2},    // 40.37
+                       Case{1024, 4096, 6144, 256, 1},   // 69.62
+                       Case{4096, 6144, 2048, 256, 1},   // 166.46
+                       Case{64, 4096, 6144, 64, 3},      // 14.87 (run 11's baseline column)
+                       Case{64, 2048, 6144, 64, 6}}) {   // 10.17
+    const Plan p = choose_plan(c.m, c.n, c.k, h200_context(), h200);
+    EXPECT_EQ(p.config.block_m, c.block_m) << c.m << "x" << c.n << "x" << c.k << ": " << p.describe();
+    EXPECT_EQ(p.split_k, c.split) << c.m << "x" << c.n << "x" << c.k << ": " << p.describe();
+  }
+}
+
 TEST(PrefillPolicy, RespectsClusterOccupancy) {
   // Pretend clusters of more than 2 CTAs cannot run at all, and pairs only 64 at a time.
   const ConcurrentCtas limited = [](const TileConfig&, int split) { return split == 1 ? 132 : split == 2 ? 64 : 0; };

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "fp4gap/backend.hpp"
+#include "fp4gap/prefill.hpp"
 #include "fp4gap/roofline.hpp"
 
 namespace fp4gap {
@@ -21,5 +22,10 @@ Ceilings measure_ceilings(const DeviceContext& device);
 // on `stream` (a cudaStream_t), so other commands can time a copy of the bytes they move.
 // src, dst and bytes must be multiples of 16 (InvalidArgument otherwise, quoting them).
 void launch_copy(const void* src, void* dst, std::size_t bytes, const DeviceContext& device, void* stream);
+
+// The prefill policy's count of CTAs that run at once, from the occupancy API of the current
+// device, when the prefill kernels can run on it; an empty function otherwise (the policy then
+// assumes floor(SMs / split) * split), with the reason in `why_not`.
+prefill::ConcurrentCtas prefill_occupancy(std::string* why_not = nullptr);
 
 }  // namespace fp4gap

@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "fp4gap/backend.hpp"
 #include "fp4gap/roofline.hpp"
 
 namespace fp4gap {
@@ -36,5 +37,10 @@ const DeviceSpec* find_device_spec(std::string_view device_name);
 // The datasheet figures as roofline ceilings (fp4 rate 0 without FP4 tensor cores). Empty when
 // the spec lacks the memory bandwidth or the BF16 rate.
 std::optional<Ceilings> datasheet_ceilings(const DeviceSpec& spec);
+
+// The device as its datasheet describes it, for planning without one: name "<spec> (datasheet)",
+// SM count, shared memory per block, L2, and the compute capability of its architecture ("sm_90"
+// -> 9.0). `available` stays false: nothing can run on it.
+DeviceContext datasheet_device_context(const DeviceSpec& spec);
 
 }  // namespace fp4gap

@@ -94,10 +94,27 @@ using ConcurrentCtas = std::function<int(const TileConfig& config, int split)>;
 // Without a device to ask: floor(sm_count / split) * split.
 int default_concurrent_ctas(const DeviceContext& device, int split);
 
-// Chooses the tile and split-K factor for a problem on a device by a simple cost model: waves of
-// concurrent CTAs times the per-CTA work, with a per-tile efficiency for the narrower tile and a
-// cost per split for the reduction. Only feasible configurations are considered; throws
-// InvalidArgument when none fits (the message names the shared memory available).
+// One (configuration, split) the policy weighs for a shape: not_supported with the reason
+// (shared memory, a cluster that cannot run) or ok with the CTAs that run at once, the waves and
+// the predicted time of the per-tile cost model (microseconds, fitted on the H200).
+struct PlanCandidate {
+  TileConfig config;
+  int split_k = 1;
+  Status status;
+  Plan plan;                  // valid when status is ok
+  int concurrent_ctas = 0;
+  std::int64_t waves = 0;
+  double predicted_us = 0.0;
+};
+
+// Every configuration (one not_supported entry per configuration that does not fit the device)
+// and every split 1..min(kMaxSplitK, K blocks) of the feasible ones, in the policy's order: wider
+// tile first, then smaller split. `concurrent` empty: default_concurrent_ctas.
+std::vector<PlanCandidate> plan_candidates(std::int64_t m, std::int64_t n, std::int64_t k, const DeviceContext& device,
+                                           const ConcurrentCtas& concurrent = {});
+
+// The candidate with the smallest predicted time (ties keep the earlier one). Throws
+// InvalidArgument when no configuration fits (the message names the shared memory available).
 Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, const DeviceContext& device,
                  const ConcurrentCtas& concurrent = {});
 

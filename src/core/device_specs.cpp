@@ -140,4 +140,22 @@ std::optional<Ceilings> datasheet_ceilings(const DeviceSpec& spec) {
   return c;
 }
 
+DeviceContext datasheet_device_context(const DeviceSpec& spec) {
+  DeviceContext d;
+  d.name = std::string(spec.name) + " (datasheet)";
+  d.sm_count = spec.sm_count.value_or(0);
+  d.smem_per_block_optin = spec.smem_per_block_optin_bytes.value_or(0);
+  d.l2_bytes = spec.l2_bytes.value_or(0);
+  const std::size_t at = spec.architecture.find("sm_");
+  if (at != std::string_view::npos) {
+    int cc = 0;
+    for (std::size_t i = at + 3; i < spec.architecture.size() && std::isdigit(static_cast<unsigned char>(spec.architecture[i])); ++i) {
+      cc = cc * 10 + (spec.architecture[i] - '0');
+    }
+    d.cc_major = cc / 10;
+    d.cc_minor = cc % 10;
+  }
+  return d;
+}
+
 }  // namespace fp4gap

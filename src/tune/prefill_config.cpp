@@ -130,29 +130,47 @@ int default_concurrent_ctas(const DeviceContext& device, int split) {
   return sms / split * split;
 }
 
-Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, const DeviceContext& device,
-                 const ConcurrentCtas& concurrent) {
-  bool found = false;
-  Plan best;
-  double best_cost = std::numeric_limits<double>::infinity();
+std::vector<PlanCandidate> plan_candidates(std::int64_t m, std::int64_t n, std::int64_t k, const DeviceContext& device,
+                                           const ConcurrentCtas& concurrent) {
+  std::vector<PlanCandidate> out;
+  const std::int64_t k_blocks = ceil_div(k, kBlockK);
+  const int max_split = static_cast<int>(std::min<std::int64_t>(kMaxSplitK, k_blocks));
   for (const TileConfig& c : tile_configs()) {
-    if (!check_tile_config(c, device).is_ok()) continue;
-    const std::int64_t k_blocks = ceil_div(k, kBlockK);
-    const int max_split = static_cast<int>(std::min<std::int64_t>(kMaxSplitK, k_blocks));
+    PlanCandidate base;
+    base.config = c;
+    base.status = check_tile_config(c, device);
+    if (!base.status.is_ok()) {
+      out.push_back(base);
+      continue;
+    }
     for (int split = 1; split <= max_split; ++split) {
-      const int running = concurrent ? concurrent(c, split) : default_concurrent_ctas(device, split);
-      if (running < split) continue;  // not even one cluster fits
-      const Plan p = make_plan(m, n, k, c, split);
-      const double cost = plan_cost(p, running);
-      // Strictly better only: ties keep the earlier candidate (wider tile, smaller split).
-      if (cost < best_cost * (1.0 - 1e-9)) {
-        best_cost = cost;
-        best = p;
-        found = true;
+      PlanCandidate cand = base;
+      cand.split_k = split;
+      cand.concurrent_ctas = concurrent ? concurrent(c, split) : default_concurrent_ctas(device, split);
+      if (cand.concurrent_ctas < split) {
+        std::ostringstream os;
+        os << "a cluster of " << split << " CTAs of " << c.name() << " cannot run at once on " << device.name;
+        cand.status = Status::not_supported(os.str());
+      } else {
+        cand.plan = make_plan(m, n, k, c, split);
+        cand.waves = ceil_div(cand.plan.ctas(), cand.concurrent_ctas);
+        cand.predicted_us = plan_cost(cand.plan, cand.concurrent_ctas);
       }
+      out.push_back(cand);
     }
   }
-  if (!found) {
+  return out;
+}
+
+Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, const DeviceContext& device,
+                 const ConcurrentCtas& concurrent) {
+  const PlanCandidate* best = nullptr;
+  const std::vector<PlanCandidate> candidates = plan_candidates(m, n, k, device, concurrent);
+  for (const PlanCandidate& c : candidates) {
+    // Strictly better only: ties keep the earlier candidate (wider tile, smaller split).
+    if (c.status.is_ok() && (best == nullptr || c.predicted_us < best->predicted_us * (1.0 - 1e-9))) best = &c;
+  }
+  if (best == nullptr) {
     std::int64_t smallest = std::numeric_limits<std::int64_t>::max();
     for (const TileConfig& c : tile_configs()) smallest = std::min(smallest, c.smem_bytes());
     std::ostringstream os;
@@ -160,7 +178,7 @@ Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, const DeviceCon
        << " bytes of shared memory per block (the smallest needs " << smallest << ")";
     throw InvalidArgument(os.str());
   }
-  return best;
+  return best->plan;
 }
 
 }  // namespace fp4gap::prefill

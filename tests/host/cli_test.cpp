@@ -356,6 +356,42 @@ TEST(Cli, DiagnoseWithoutADeviceChecksTheCpuPipeline) {
   EXPECT_TRUE(has(r.out, "cpu-reference  W4A16")) << r.out;
 }
 
+TEST(Cli, PlanRanksThePrefillPlansForADatasheetGpu) {
+  const CliResult r = run_cli("plan --m 256,1024 --n 6144 --k 2048 --device 'H200 SXM'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "device: H200 SXM (datasheet), 132 SMs, 232448 bytes")) << r.out;
+  EXPECT_TRUE(has(r.out, "not a measurement")) << r.out;
+  // Both shapes: the fastest plan measured in the run-10 sweep (m128 unsplit), ranked first and marked.
+  for (const char* shape : {"m256 n6144 k2048", "m1024 n6144 k2048"}) {
+    const std::size_t at = r.out.find(shape);
+    ASSERT_NE(at, std::string::npos) << r.out;
+    const std::size_t header = r.out.find("predicted us\n", at);
+    ASSERT_NE(header, std::string::npos) << r.out;
+    const std::string first_row = r.out.substr(header + 13, r.out.find('\n', header + 13) - header - 13);
+    EXPECT_TRUE(has(first_row, "  * sm90a bf16 x nvfp4 m128n128k64 8 stages          1 ")) << first_row;  // split 1
+  }
+  std::size_t marked = 0;
+  for (std::size_t at = r.out.find("\n  * "); at != std::string::npos; at = r.out.find("\n  * ", at + 1)) ++marked;
+  EXPECT_EQ(marked, 2u) << r.out;
+}
+
+TEST(Cli, PlanSaysWhatItCannotPlan) {
+  const CliResult blackwell = run_cli("plan --m 64 --n 256 --k 64 --device 'RTX 5090'");
+  EXPECT_EQ(blackwell.code, 0) << blackwell.err;
+  EXPECT_TRUE(has(blackwell.out, "prefill kernels: not supported on RTX 5090")) << blackwell.out;
+  const CliResult unknown = run_cli("plan --m 64 --n 256 --k 64 --device 'no such gpu'");
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_TRUE(has(unknown.err, "--device names no datasheet entry")) << unknown.err;
+  const CliResult missing = run_cli("plan --m 64 --device 'H200 SXM'");
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_TRUE(has(missing.err, "--m, --n and --k are all required")) << missing.err;
+  if (!device_present()) {
+    const CliResult none = run_cli("plan --m 64 --n 256 --k 64");
+    EXPECT_EQ(none.code, 3);
+    EXPECT_TRUE(has(none.err, "--device 'H200 SXM'")) << none.err;
+  }
+}
+
 TEST(Cli, PeakWithoutADeviceExits3) {
   if (device_present()) GTEST_SKIP() << "peak measures the device (device batch)";
   const CliResult r = run_cli("peak");

@@ -67,6 +67,23 @@ TEST(DeviceSpecs, EveryEntryIsCompleteAndConsistent) {
   }
 }
 
+TEST(DeviceSpecs, DatasheetDeviceContextForPlanningWithoutAGpu) {
+  const DeviceContext h200 = datasheet_device_context(*find_device_spec("H200 SXM"));
+  EXPECT_EQ(h200.name, "H200 SXM (datasheet)");
+  EXPECT_FALSE(h200.available);
+  EXPECT_EQ(h200.sm_count, 132);
+  EXPECT_EQ(h200.smem_per_block_optin, 232448);
+  EXPECT_EQ(h200.cc_major, 9);
+  EXPECT_EQ(h200.cc_minor, 0);
+  const DeviceContext rtx = datasheet_device_context(*find_device_spec("RTX 5090"));
+  EXPECT_EQ(rtx.cc_major, 12);
+  EXPECT_EQ(rtx.cc_minor, 0);
+  EXPECT_EQ(rtx.smem_per_block_optin, 101376);
+  const DeviceContext b200 = datasheet_device_context(*find_device_spec("B200"));
+  EXPECT_EQ(b200.cc_major, 10);
+  EXPECT_EQ(b200.sm_count, 148);
+}
+
 TEST(DeviceSpecs, DatasheetCeilings) {
   const auto h200 = datasheet_ceilings(*named("H200 SXM"));
   ASSERT_TRUE(h200.has_value());

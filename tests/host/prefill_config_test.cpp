@@ -142,6 +142,39 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
   }
 }
 
+TEST(PrefillPolicy, CandidatesCoverEveryPlanAndSayWhyOthersCannotRun) {
+  // 160,000 bytes per block: only the m64 tile (154,816) fits; clusters of 3 cannot run at all.
+  DeviceContext small = h200_context();
+  small.smem_per_block_optin = 160000;
+  const ConcurrentCtas no_threes = [](const TileConfig&, int split) { return split == 3 ? 0 : 132 / split * split; };
+  const std::vector<PlanCandidate> c = plan_candidates(512, 2048, 6144, small, no_threes);
+  ASSERT_EQ(c.size(), 2u + kMaxSplitK);  // one entry per unfit config, then m64 x splits 1..8
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(c[i].status.code, StatusCode::not_supported) << c[i].config.name();
+    EXPECT_NE(c[i].status.reason.find(std::to_string(c[i].config.smem_bytes())), std::string::npos) << c[i].status.reason;
+    EXPECT_NE(c[i].status.reason.find("160000"), std::string::npos) << c[i].status.reason;
+  }
+  const PlanCandidate* best = nullptr;
+  for (std::size_t i = 2; i < c.size(); ++i) {
+    EXPECT_EQ(c[i].config.block_m, 64);
+    EXPECT_EQ(c[i].split_k, static_cast<int>(i) - 1);
+    if (c[i].split_k == 3) {
+      EXPECT_EQ(c[i].status.code, StatusCode::not_supported);
+      EXPECT_NE(c[i].status.reason.find("a cluster of 3 CTAs"), std::string::npos) << c[i].status.reason;
+      continue;
+    }
+    ASSERT_TRUE(c[i].status.is_ok()) << c[i].status.reason;
+    EXPECT_EQ(c[i].plan.ctas(), 8 * 16 * c[i].split_k);  // 8 m-tiles of 64 x 16 n-tiles of 128
+    EXPECT_EQ(c[i].waves, (c[i].plan.ctas() + c[i].concurrent_ctas - 1) / c[i].concurrent_ctas);
+    EXPECT_GT(c[i].predicted_us, 0.0);
+    if (best == nullptr || c[i].predicted_us < best->predicted_us) best = &c[i];
+  }
+  ASSERT_NE(best, nullptr);
+  const Plan chosen = choose_plan(512, 2048, 6144, small, no_threes);
+  EXPECT_EQ(chosen.config.block_m, 64);
+  EXPECT_EQ(chosen.split_k, best->split_k);
+}
+
 TEST(PrefillPolicy, RespectsClusterOccupancy) {
   // Pretend clusters of more than 2 CTAs cannot run at all, and pairs only 64 at a time.
   const ConcurrentCtas limited = [](const TileConfig&, int split) { return split == 1 ? 132 : split == 2 ? 64 : 0; };

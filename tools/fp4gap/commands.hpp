@@ -11,5 +11,6 @@ void add_diagnose_command(CLI::App& app);        // cmd_diagnose.cpp
 void add_peak_command(CLI::App& app);            // cmd_peak.cpp
 void add_bench_quantize_command(CLI::App& app);  // cmd_bench_quantize.cpp
 void add_shuffle_command(CLI::App& app);         // cmd_shuffle.cpp
+void add_plan_command(CLI::App& app);            // cmd_plan.cpp
 
 }  // namespace fp4gap::cli

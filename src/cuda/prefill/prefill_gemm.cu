@@ -28,6 +28,7 @@
 #include "cuda/common.cuh"
 #include "cuda/prefill/prefill_gemm.cuh"
 #include "cuda/prefill/prefill_ptx.cuh"
+#include "fp4gap/cuda_api.hpp"
 #include "fp4gap/decode.hpp"
 #include "fp4gap/prefill.hpp"
 
@@ -512,3 +513,16 @@ void launch_dequantize_bf16(const std::uint8_t* codes, const std::uint8_t* scale
 }
 
 }  // namespace fp4gap::prefill
+
+namespace fp4gap {
+
+prefill::ConcurrentCtas prefill_occupancy(std::string* why_not) {
+  const Status available = prefill::kernels_available();
+  if (!available.is_ok()) {
+    if (why_not != nullptr) *why_not = available.reason;
+    return {};
+  }
+  return [](const prefill::TileConfig& c, int split) { return prefill::concurrent_ctas(c, split); };
+}
+
+}  // namespace fp4gap

@@ -1,0 +1,158 @@
+// fp4gap plan: which prefill tile and split-K factor the policy takes for each shape, every
+// alternative it weighed with its predicted time, and why the others cannot run. Host logic only:
+// on a machine without a GPU, --device names a datasheet entry to plan for.
+#include <algorithm>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli_support.hpp"
+#include "commands.hpp"
+#include "fp4gap/cuda_api.hpp"
+#include "fp4gap/device_specs.hpp"
+#include "fp4gap/dispatch.hpp"
+#include "fp4gap/prefill.hpp"
+#include "fp4gap/presets.hpp"
+#include "fp4gap/ranges.hpp"
+
+namespace fp4gap::cli {
+namespace {
+
+struct PlanArgs {
+  std::string m, n, k;
+  std::string preset;
+  int tp = 1;
+  std::string device;
+};
+
+struct Shape {
+  std::string name;
+  std::int64_t m, n, k;
+};
+
+std::vector<Shape> plan_shapes(const PlanArgs& a, CLI::App& cmd) {
+  std::vector<Shape> shapes;
+  if (!a.preset.empty()) {
+    if (cmd.count("--n") || cmd.count("--k")) {
+      throw InvalidArgument("--n and --k cannot be combined with --preset (the preset fixes them; --m may narrow M)");
+    }
+    const std::vector<std::int64_t> ms = a.m.empty() ? std::vector<std::int64_t>{} : parse_range_list(a.m);
+    GemmProblem formats;
+    formats.a_format = OperandFormat::bf16;
+    formats.b_format = OperandFormat::nvfp4;
+    for (const PresetShape& s : preset_shapes(a.preset, a.tp, formats, ms)) {
+      if (s.status.is_ok()) shapes.push_back({s.name, s.problem.m, s.problem.n, s.problem.k});
+    }
+    return shapes;
+  }
+  if (cmd.count("--tp")) throw InvalidArgument("--tp applies to --preset shapes only");
+  if (a.m.empty() || a.n.empty() || a.k.empty()) {
+    throw InvalidArgument("--m, --n and --k are all required unless --preset is given");
+  }
+  for (std::int64_t n : parse_range_list(a.n)) {
+    for (std::int64_t k : parse_range_list(a.k)) {
+      for (std::int64_t m : parse_range_list(a.m)) {
+        if (m < 1 || n < 1 || k < 1) {
+          std::ostringstream os;
+          os << "M, N and K must be >= 1: M = " << m << ", N = " << n << ", K = " << k;
+          throw InvalidArgument(os.str());
+        }
+        shapes.push_back({"", m, n, k});
+      }
+    }
+  }
+  return shapes;
+}
+
+void write_shape(std::ostream& out, const Shape& s, const DeviceContext& device, const prefill::ConcurrentCtas& occupancy) {
+  std::vector<prefill::PlanCandidate> c = prefill::plan_candidates(s.m, s.n, s.k, device, occupancy);
+  const prefill::Plan chosen = prefill::choose_plan(s.m, s.n, s.k, device, occupancy);
+  std::stable_sort(c.begin(), c.end(), [](const prefill::PlanCandidate& a, const prefill::PlanCandidate& b) {
+    if (a.status.is_ok() != b.status.is_ok()) return a.status.is_ok();
+    return a.status.is_ok() && a.predicted_us < b.predicted_us;
+  });
+  out << "\n" << (s.name.empty() ? "" : s.name + " ") << "m" << s.m << " n" << s.n << " k" << s.k << ": "
+      << (s.m <= kDecodeDispatchMaxM ? "fp4gap-w4a16 / fp4gap-w4a4 take the decode kernel at this M (M <= " +
+                                           std::to_string(kDecodeDispatchMaxM) + "); fp4gap-prefill-* would take *"
+                                     : "fp4gap-w4a16 / fp4gap-w4a4 and fp4gap-prefill-* take *")
+      << "\n";
+  out << "    " << std::left << std::setw(44) << "config" << std::right << std::setw(6) << "split" << std::setw(7)
+      << "CTAs" << std::setw(9) << "at once" << std::setw(7) << "waves" << std::setw(14) << "predicted us" << "\n";
+  for (const prefill::PlanCandidate& p : c) {
+    const bool pick = p.status.is_ok() && p.split_k == chosen.split_k && p.config.block_m == chosen.config.block_m &&
+                      p.config.stages == chosen.config.stages;
+    out << (pick ? "  * " : "    ") << std::left << std::setw(44) << p.config.name() << std::right;
+    if (!p.status.is_ok()) {
+      out << "  not supported: " << p.status.reason << "\n";
+      continue;
+    }
+    out << std::setw(6) << p.split_k << std::setw(7) << p.plan.ctas() << std::setw(9) << p.concurrent_ctas
+        << std::setw(7) << p.waves << std::setw(14) << std::fixed << std::setprecision(1) << p.predicted_us << "\n";
+  }
+}
+
+void run_plan(const PlanArgs& a, CLI::App& cmd) {
+  const std::vector<Shape> shapes = plan_shapes(a, cmd);
+  DeviceContext device;
+  prefill::ConcurrentCtas occupancy;
+  // A datasheet has no GPC layout: clusters must fit inside one GPC, so a real device can run
+  // fewer split-K clusters at once than this bound.
+  std::string at_once =
+      "floor(SMs / split) x split, an upper bound without a device to ask (clusters must fit inside one GPC: "
+      "the H200 runs 117 for split 3, 120 for 4 and 8, 102 for 6)";
+  if (!a.device.empty()) {
+    const DeviceSpec* spec = find_device_spec(a.device);
+    if (spec == nullptr) {
+      throw InvalidArgument("--device names no datasheet entry (see fp4gap info): " + a.device);
+    }
+    device = datasheet_device_context(*spec);
+  } else {
+    device = query_device(0);
+    if (!device.available) {
+      std::cerr << "error: " << describe_unavailable(device)
+                << "; plan for a datasheet GPU instead, e.g. --device 'H200 SXM' (fp4gap info lists them)\n";
+      exit_with(kExitNoDevice);
+    }
+    std::string why_not;
+    occupancy = prefill_occupancy(&why_not);
+    at_once = occupancy ? "the occupancy API of this device (clusters of split CTAs fit inside one GPC)"
+                        : "floor(SMs / split) x split, an upper bound (" + why_not + ")";
+  }
+  std::ostringstream out;
+  out << "device: " << device.name << ", " << device.sm_count << " SMs, " << device.smem_per_block_optin
+      << " bytes of shared memory per block\n"
+      << "CTAs at once: " << at_once << "\n"
+      << "predicted us: the per-tile cost model fitted on an H200 (docs/KERNELS-prefill.md), a ranking, not a "
+         "measurement (fp4gap gemm measures)\n";
+  if (device.cc_major != 9 || device.cc_minor != 0) {
+    out << "prefill kernels: not supported on " << device.name << " (compute capability " << device.cc_major << "."
+        << device.cc_minor << "): they need wgmma, sm_90a\n";
+    write_output("", out.str());
+    return;
+  }
+  for (const Shape& s : shapes) write_shape(out, s, device, occupancy);
+  write_output("", out.str());
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app) {
+  auto args = std::make_shared<PlanArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "plan", "The prefill tile and split-K factor chosen for each shape, beside every alternative and its predicted time");
+  cmd->add_option("--m", args->m, "M values: list/ranges, e.g. 1,16,64 or 16:4096:x2");
+  cmd->add_option("--n", args->n, "N values (same syntax)");
+  cmd->add_option("--k", args->k, "K values (same syntax)");
+  cmd->add_option("--preset", args->preset, "named shape set (glm5: W13, W2 and the seed shape over M)")
+      ->check(CLI::IsMember({"glm5"}));
+  cmd->add_option("--tp", args->tp, "tensor-parallel degree splitting the preset's intermediate dimension")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--device", args->device,
+                  "plan for this datasheet GPU (e.g. 'H200 SXM'; fp4gap info lists them) instead of the CUDA device");
+  cmd->callback([args, cmd] { run_plan(*args, *cmd); });
+}
+
+}  // namespace fp4gap::cli

@@ -375,6 +375,20 @@ TEST(Cli, PlanRanksThePrefillPlansForADatasheetGpu) {
   EXPECT_EQ(marked, 2u) << r.out;
 }
 
+TEST(Cli, PlanGivesTheDecodePlanAtSmallM) {
+  const CliResult r = run_cli("plan --m 1,64,65 --n 2048 --k 6144 --device 'H200 SXM'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::size_t lines = 0;
+  for (std::size_t at = r.out.find("decode kernel (fp4gap-decode-w4a16): "); at != std::string::npos;
+       at = r.out.find("decode kernel (fp4gap-decode-w4a16): ", at + 1)) {
+    ++lines;
+  }
+  EXPECT_EQ(lines, 2u) << r.out;  // M = 1 and 64; the decode kernels stop at M = 64
+  EXPECT_TRUE(has(r.out, "cp.async ring per warp")) << r.out;        // M = 1: the streaming kernel
+  EXPECT_TRUE(has(r.out, "its model predicts")) << r.out;
+  EXPECT_TRUE(has(r.out, "never fitted to measurements")) << r.out;  // M = 64: register prefetch
+}
+
 TEST(Cli, PlanSaysWhatItCannotPlan) {
   const CliResult blackwell = run_cli("plan --m 64 --n 256 --k 64 --device 'RTX 5090'");
   EXPECT_EQ(blackwell.code, 0) << blackwell.err;

@@ -12,6 +12,7 @@
 #include "cli_support.hpp"
 #include "commands.hpp"
 #include "fp4gap/cuda_api.hpp"
+#include "fp4gap/decode.hpp"
 #include "fp4gap/device_specs.hpp"
 #include "fp4gap/dispatch.hpp"
 #include "fp4gap/prefill.hpp"
@@ -79,6 +80,24 @@ void write_shape(std::ostream& out, const Shape& s, const DeviceContext& device,
                                            std::to_string(kDecodeDispatchMaxM) + "); fp4gap-prefill-* would take *"
                                      : "fp4gap-w4a16 / fp4gap-w4a4 and fp4gap-prefill-* take *")
       << "\n";
+  if (s.m <= decode::kMaxM) {
+    // The decode kernels' own policy (docs/KERNELS-decode.md), for the same shape.
+    try {
+      const decode::Plan d = decode::choose_plan(s.m, s.n, s.k, decode::Math::w4a16, decode::WeightLayout::shuffled, device);
+      out << "  decode kernel (fp4gap-decode-w4a16): " << d.describe();
+      // Only the streaming kernel's model was fitted to measurements (PERF-LOG run 5); the
+      // register-prefetch model underestimates it several times over, so no number is printed.
+      if (d.config.streaming()) {
+        out << "; its model predicts " << std::fixed << std::setprecision(1) << decode::estimate_plan_us(d, device)
+            << " us";
+      } else {
+        out << " (its cost model was never fitted to measurements: no prediction)";
+      }
+      out << "\n";
+    } catch (const InvalidArgument& e) {
+      out << "  decode kernel: not supported: " << e.what() << "\n";
+    }
+  }
   out << "    " << std::left << std::setw(44) << "config" << std::right << std::setw(6) << "split" << std::setw(7)
       << "CTAs" << std::setw(9) << "at once" << std::setw(7) << "waves" << std::setw(14) << "predicted us" << "\n";
   for (const prefill::PlanCandidate& p : c) {

@@ -9,6 +9,8 @@
 #include "fp4gap/cuda_api.hpp"
 #include "fp4gap/cuda_reference.hpp"
 #include "fp4gap/device_specs.hpp"
+#include "fp4gap/presets.hpp"
+#include "fp4gap/ranges.hpp"
 #include "fp4gap/timing.hpp"
 
 namespace fp4gap::cli {
@@ -164,6 +166,38 @@ void write_datasheet_table(std::ostream& out) {
   }
   out << "sources:\n";
   for (const DeviceSpec& s : device_specs()) out << "  " << s.name << ": " << s.sources << "\n";
+}
+
+std::vector<GemmCase> shape_cases(const std::string& m, const std::string& n, const std::string& k,
+                                  const std::string& preset, int tp, const GemmProblem& formats, CLI::App& cmd) {
+  std::vector<GemmCase> cases;
+  if (!preset.empty()) {
+    if (cmd.count("--n") || cmd.count("--k")) {
+      throw InvalidArgument("--n and --k cannot be combined with --preset (the preset fixes them; --m may narrow M)");
+    }
+    const std::vector<std::int64_t> ms = m.empty() ? std::vector<std::int64_t>{} : parse_range_list(m);
+    for (const PresetShape& s : preset_shapes(preset, tp, formats, ms)) {
+      cases.push_back({s.name, s.problem, s.status});
+    }
+    return cases;
+  }
+  if (cmd.count("--tp")) throw InvalidArgument("--tp applies to --preset shapes only");
+  if (m.empty() || n.empty() || k.empty()) {
+    throw InvalidArgument("--m, --n and --k are all required unless --preset is given");
+  }
+  const auto ms = parse_range_list(m), ns = parse_range_list(n), ks = parse_range_list(k);
+  for (std::int64_t nv : ns) {
+    for (std::int64_t kv : ks) {
+      for (std::int64_t mv : ms) {
+        GemmProblem p = formats;
+        p.m = mv;
+        p.n = nv;
+        p.k = kv;
+        cases.push_back({"", p, Status::ok()});
+      }
+    }
+  }
+  return cases;
 }
 
 }  // namespace fp4gap::cli

@@ -46,6 +46,12 @@ void progress_line(const std::string& text);
 // reason), whether or not stderr is a terminal, so that a run cut short leaves its results.
 void row_line(const GemmRow& row);
 
+// The shapes of a command's --m/--n/--k (every combination) or of --preset [--m] [--tp], with
+// the operand formats and output type of `formats`. Throws InvalidArgument naming the rule when
+// the options are combined wrongly (reads cmd.count for --n, --k, --tp).
+std::vector<GemmCase> shape_cases(const std::string& m, const std::string& n, const std::string& k,
+                                  const std::string& preset, int tp, const GemmProblem& formats, CLI::App& cmd);
+
 // Registers the host and CUDA backends and returns pipeline options wired to the CUDA library's
 // timer (time_runner) and GPU reference (gpu_reference_gemm), with progress on a terminal.
 GemmBenchOptions gemm_bench_options(const DeviceContext& device);

@@ -9,8 +9,6 @@
 #include "commands.hpp"
 #include "fp4gap/cuda_api.hpp"
 #include "fp4gap/gemm_bench.hpp"
-#include "fp4gap/presets.hpp"
-#include "fp4gap/ranges.hpp"
 
 namespace fp4gap::cli {
 namespace {
@@ -43,34 +41,7 @@ std::vector<GemmCase> make_cases(const GemmArgs& a, CLI::App& cmd) {
   formats.a_format = parse_operand_format(a.a_format);
   formats.b_format = parse_operand_format(a.b_format);
   formats.out_type = parse_out(a.out);
-  std::vector<GemmCase> cases;
-  if (!a.preset.empty()) {
-    if (cmd.count("--n") || cmd.count("--k")) {
-      throw InvalidArgument("--n and --k cannot be combined with --preset (the preset fixes them; --m may narrow M)");
-    }
-    const std::vector<std::int64_t> ms = a.m.empty() ? std::vector<std::int64_t>{} : parse_range_list(a.m);
-    for (const PresetShape& s : preset_shapes(a.preset, a.tp, formats, ms)) {
-      cases.push_back({s.name, s.problem, s.status});
-    }
-    return cases;
-  }
-  if (cmd.count("--tp")) throw InvalidArgument("--tp applies to --preset shapes only");
-  if (a.m.empty() || a.n.empty() || a.k.empty()) {
-    throw InvalidArgument("--m, --n and --k are all required unless --preset is given");
-  }
-  const auto ms = parse_range_list(a.m), ns = parse_range_list(a.n), ks = parse_range_list(a.k);
-  for (std::int64_t n : ns) {
-    for (std::int64_t k : ks) {
-      for (std::int64_t m : ms) {
-        GemmProblem p = formats;
-        p.m = m;
-        p.n = n;
-        p.k = k;
-        cases.push_back({"", p, Status::ok()});
-      }
-    }
-  }
-  return cases;
+  return shape_cases(a.m, a.n, a.k, a.preset, a.tp, formats, cmd);
 }
 
 void run_gemm(const GemmArgs& a, CLI::App& cmd) {

@@ -16,8 +16,7 @@
 #include "fp4gap/device_specs.hpp"
 #include "fp4gap/dispatch.hpp"
 #include "fp4gap/prefill.hpp"
-#include "fp4gap/presets.hpp"
-#include "fp4gap/ranges.hpp"
+#include "fp4gap/problem.hpp"
 
 namespace fp4gap::cli {
 namespace {
@@ -29,53 +28,17 @@ struct PlanArgs {
   std::string device;
 };
 
-struct Shape {
-  std::string name;
-  std::int64_t m, n, k;
-};
-
-std::vector<Shape> plan_shapes(const PlanArgs& a, CLI::App& cmd) {
-  std::vector<Shape> shapes;
-  if (!a.preset.empty()) {
-    if (cmd.count("--n") || cmd.count("--k")) {
-      throw InvalidArgument("--n and --k cannot be combined with --preset (the preset fixes them; --m may narrow M)");
-    }
-    const std::vector<std::int64_t> ms = a.m.empty() ? std::vector<std::int64_t>{} : parse_range_list(a.m);
-    GemmProblem formats;
-    formats.a_format = OperandFormat::bf16;
-    formats.b_format = OperandFormat::nvfp4;
-    for (const PresetShape& s : preset_shapes(a.preset, a.tp, formats, ms)) {
-      if (s.status.is_ok()) shapes.push_back({s.name, s.problem.m, s.problem.n, s.problem.k});
-    }
-    return shapes;
-  }
-  if (cmd.count("--tp")) throw InvalidArgument("--tp applies to --preset shapes only");
-  if (a.m.empty() || a.n.empty() || a.k.empty()) {
-    throw InvalidArgument("--m, --n and --k are all required unless --preset is given");
-  }
-  for (std::int64_t n : parse_range_list(a.n)) {
-    for (std::int64_t k : parse_range_list(a.k)) {
-      for (std::int64_t m : parse_range_list(a.m)) {
-        if (m < 1 || n < 1 || k < 1) {
-          std::ostringstream os;
-          os << "M, N and K must be >= 1: M = " << m << ", N = " << n << ", K = " << k;
-          throw InvalidArgument(os.str());
-        }
-        shapes.push_back({"", m, n, k});
-      }
-    }
-  }
-  return shapes;
-}
-
-void write_shape(std::ostream& out, const Shape& s, const DeviceContext& device, const prefill::ConcurrentCtas& occupancy) {
+// One shape: the decode kernels' plan where they serve it, then every prefill plan, fastest first.
+void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& device,
+                 const prefill::ConcurrentCtas& occupancy) {
+  const GemmProblem& s = shape.problem;
   std::vector<prefill::PlanCandidate> c = prefill::plan_candidates(s.m, s.n, s.k, device, occupancy);
   const prefill::Plan chosen = prefill::choose_plan(s.m, s.n, s.k, device, occupancy);
   std::stable_sort(c.begin(), c.end(), [](const prefill::PlanCandidate& a, const prefill::PlanCandidate& b) {
     if (a.status.is_ok() != b.status.is_ok()) return a.status.is_ok();
     return a.status.is_ok() && a.predicted_us < b.predicted_us;
   });
-  out << "\n" << (s.name.empty() ? "" : s.name + " ") << "m" << s.m << " n" << s.n << " k" << s.k << ": "
+  out << "\n" << (shape.shape_name.empty() ? "" : shape.shape_name + " ") << "m" << s.m << " n" << s.n << " k" << s.k << ": "
       << (s.m <= kDecodeDispatchMaxM ? "fp4gap-w4a16 / fp4gap-w4a4 take the decode kernel at this M (M <= " +
                                            std::to_string(kDecodeDispatchMaxM) + "); fp4gap-prefill-* would take *"
                                      : "fp4gap-w4a16 / fp4gap-w4a4 and fp4gap-prefill-* take *")
@@ -114,7 +77,10 @@ void write_shape(std::ostream& out, const Shape& s, const DeviceContext& device,
 }
 
 void run_plan(const PlanArgs& a, CLI::App& cmd) {
-  const std::vector<Shape> shapes = plan_shapes(a, cmd);
+  GemmProblem formats;
+  formats.a_format = OperandFormat::bf16;
+  formats.b_format = OperandFormat::nvfp4;
+  const std::vector<GemmCase> shapes = shape_cases(a.m, a.n, a.k, a.preset, a.tp, formats, cmd);
   DeviceContext device;
   prefill::ConcurrentCtas occupancy;
   // A datasheet has no GPC layout: clusters must fit inside one GPC, so a real device can run
@@ -152,7 +118,16 @@ void run_plan(const PlanArgs& a, CLI::App& cmd) {
     write_output("", out.str());
     return;
   }
-  for (const Shape& s : shapes) write_shape(out, s, device, occupancy);
+  for (const GemmCase& s : shapes) {
+    Status valid = s.status;
+    if (valid.is_ok()) valid = validate_problem(s.problem);
+    if (!valid.is_ok()) {
+      out << "\n" << (s.shape_name.empty() ? "" : s.shape_name + " ") << s.problem.label() << ": not a valid problem: "
+          << valid.reason << "\n";
+      continue;
+    }
+    write_shape(out, s, device, occupancy);
+  }
   write_output("", out.str());
 }
 

@@ -104,7 +104,7 @@ struct TileCost {
 };
 constexpr TileCost kTileCosts[] = {
     {256, 5.42, 2.95, 0.658},  // main loop at ~92% of the bf16 tensor rate
-    {128, 3.82, 1.37, 0.404},  // ~77%: one K block of wgmmas hides less of the dequantization
+    {128, 3.82, 1.37, 0.404},  // ~77% (why the narrower tiles lose is open: PERF-LOG run 11)
     {64, 2.86, 1.06, 0.302},   // ~51%
 };
 

@@ -113,7 +113,11 @@ struct PlanCandidate {
 std::vector<PlanCandidate> plan_candidates(std::int64_t m, std::int64_t n, std::int64_t k, const DeviceContext& device,
                                            const ConcurrentCtas& concurrent = {});
 
-// The candidate with the smallest predicted time (ties keep the earlier one). Throws
+// The ok candidate with the smallest predicted time (ties keep the earlier one); nullptr when
+// none is ok.
+const PlanCandidate* best_candidate(const std::vector<PlanCandidate>& candidates);
+
+// best_candidate of plan_candidates, as a plan. Throws
 // InvalidArgument when no configuration fits (the message names the shared memory available).
 Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, const DeviceContext& device,
                  const ConcurrentCtas& concurrent = {});

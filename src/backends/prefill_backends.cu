@@ -135,9 +135,7 @@ class PrefillRunner final : public GemmRunner {
 
  private:
   prefill::Plan choose(const DeviceContext& device) const {
-    return prefill::choose_plan(p_.m, p_.n, p_.k, device, [](const prefill::TileConfig& c, int split) {
-      return prefill::concurrent_ctas(c, split);
-    });
+    return prefill::choose_plan(p_.m, p_.n, p_.k, device, prefill::concurrent_ctas);
   }
 
   GemmProblem p_;

@@ -162,14 +162,19 @@ std::vector<PlanCandidate> plan_candidates(std::int64_t m, std::int64_t n, std::
   return out;
 }
 
-Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, const DeviceContext& device,
-                 const ConcurrentCtas& concurrent) {
+const PlanCandidate* best_candidate(const std::vector<PlanCandidate>& candidates) {
   const PlanCandidate* best = nullptr;
-  const std::vector<PlanCandidate> candidates = plan_candidates(m, n, k, device, concurrent);
   for (const PlanCandidate& c : candidates) {
     // Strictly better only: ties keep the earlier candidate (wider tile, smaller split).
     if (c.status.is_ok() && (best == nullptr || c.predicted_us < best->predicted_us * (1.0 - 1e-9))) best = &c;
   }
+  return best;
+}
+
+Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, const DeviceContext& device,
+                 const ConcurrentCtas& concurrent) {
+  const std::vector<PlanCandidate> candidates = plan_candidates(m, n, k, device, concurrent);
+  const PlanCandidate* best = best_candidate(candidates);
   if (best == nullptr) {
     std::int64_t smallest = std::numeric_limits<std::int64_t>::max();
     for (const TileConfig& c : tile_configs()) smallest = std::min(smallest, c.smem_bytes());

@@ -33,7 +33,10 @@ void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& 
                  const prefill::ConcurrentCtas& occupancy) {
   const GemmProblem& s = shape.problem;
   std::vector<prefill::PlanCandidate> c = prefill::plan_candidates(s.m, s.n, s.k, device, occupancy);
-  const prefill::Plan chosen = prefill::choose_plan(s.m, s.n, s.k, device, occupancy);
+  const prefill::PlanCandidate* best = prefill::best_candidate(c);
+  // None can run: choose_plan's error names the shared memory needed and available.
+  if (best == nullptr) prefill::choose_plan(s.m, s.n, s.k, device, occupancy);
+  const prefill::Plan chosen = best->plan;  // a copy: the sort below moves the candidates
   std::stable_sort(c.begin(), c.end(), [](const prefill::PlanCandidate& a, const prefill::PlanCandidate& b) {
     if (a.status.is_ok() != b.status.is_ok()) return a.status.is_ok();
     return a.status.is_ok() && a.predicted_us < b.predicted_us;

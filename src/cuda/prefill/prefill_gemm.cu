@@ -522,7 +522,7 @@ prefill::ConcurrentCtas prefill_occupancy(std::string* why_not) {
     if (why_not != nullptr) *why_not = available.reason;
     return {};
   }
-  return [](const prefill::TileConfig& c, int split) { return prefill::concurrent_ctas(c, split); };
+  return prefill::concurrent_ctas;
 }
 
 }  // namespace fp4gap

@@ -117,7 +117,8 @@ template <int BM, int STAGES>
 __global__ void __launch_bounds__(kThreadsPerCta, 1)
     prefill_gemm_kernel(const __grid_constant__ CUtensorMap act_map, const std::uint8_t* __restrict__ weights,
                         void* __restrict__ out, OutputType out_type, int m, int n, int k_blocks, int split_k,
-                        float alpha, std::uint64_t* __restrict__ timeline) {
+                        float alpha, std::uint64_t* __restrict__ timeline, const __grid_constant__ CUtensorMap out_map,
+                        int tma_store) {
 #if FP4GAP_PREFILL_SM90A
   // Optional per-CTA timeline (kTimelineFields words per CTA, prefill_gemm.cuh), written by thread 0.
   const std::uint64_t t_start = timeline != nullptr ? ptx::global_timer() : 0;
@@ -247,7 +248,44 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
     for (int i = 0; i < kAcc; ++i) ptx::fence_register(acc[i]);
     const std::uint64_t t_mainloop_end = timeline != nullptr ? ptx::global_timer() : 0;
 
-    if (split_k == 1) {
+    if (split_k == 1 && tma_store) {
+      // 16-bit output through the tensor copy engine: each warp transposes its accumulator
+      // fragments into the tile [BM rows][128 columns] with stmatrix (the D^T fragment of a thread
+      // is word t of row g of an 8x8 block; .trans writes D rows), staged as two halves of 64
+      // columns in the 128-byte swizzle (chunk c of row r at chunk c ^ (r % 8)), then one thread
+      // stores both halves with TMA, which also clips rows >= M and columns >= N.
+      ptx::fence_proxy_async();
+      ptx::named_barrier(1, kConsumerWarpgroups * 128);
+      const std::uint32_t half_base = base + static_cast<std::uint32_t>(warpgroup) * (BM * 128u);
+      const int q = lane / 8, r = lane % 8;
+      const std::uint32_t chunk = static_cast<std::uint32_t>(2 * warp + (q & 1));
+      auto pack = [&](float lo, float hi) {
+        std::uint32_t v;
+        if (out_type == OutputType::bf16) {
+          const __nv_bfloat162 p = __floats2bfloat162_rn(alpha * lo, alpha * hi);
+          v = *reinterpret_cast<const std::uint32_t*>(&p);
+        } else {
+          const __half2 p = __floats2half2_rn(alpha * lo, alpha * hi);
+          v = *reinterpret_cast<const std::uint32_t*>(&p);
+        }
+        return v;
+      };
+#pragma unroll
+      for (int i = 0; i < kAcc / 4; i += 2) {
+        const int row = 8 * (i + q / 2) + r;
+        const std::uint32_t addr = half_base + static_cast<std::uint32_t>(row) * 128u + ((chunk ^ (row & 7)) << 4);
+        ptx::stmatrix_x4_trans(addr, pack(acc[4 * i], acc[4 * i + 1]), pack(acc[4 * i + 2], acc[4 * i + 3]),
+                               pack(acc[4 * i + 4], acc[4 * i + 5]), pack(acc[4 * i + 6], acc[4 * i + 7]));
+      }
+      ptx::fence_proxy_async();  // the generic-proxy writes above, before the copy engine reads them
+      ptx::named_barrier(1, kConsumerWarpgroups * 128);
+      if (threadIdx.x == 0) {
+        ptx::tma_store_2d(&out_map, base, nt * kBlockN, mt * BM);
+        ptx::tma_store_2d(&out_map, base + BM * 128u, nt * kBlockN + 64, mt * BM);
+        ptx::bulk_commit_group();
+        ptx::bulk_wait_group_read_all();  // shared memory must outlive the copy engine's reads
+      }
+    } else if (split_k == 1) {
       // Staged through shared memory so that global stores are 16-byte and row-contiguous: the
       // fragment layout alone gives 4 rows x 16 bytes per warp store. The stage ring is free once
       // both consumer warpgroups are done reading it (through the async proxy).
@@ -318,7 +356,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
 #else
   // Built without sm_90a: kernels_available() reports it before anything launches this.
   (void)weights, (void)out, (void)out_type, (void)m, (void)n, (void)k_blocks, (void)split_k, (void)alpha,
-      (void)timeline;
+      (void)timeline, (void)out_map, (void)tma_store;
   __trap();
 #endif
 }
@@ -342,7 +380,7 @@ __global__ void dequantize_bf16_kernel(const std::uint8_t* __restrict__ codes, c
 }
 
 using KernelFn = void (*)(CUtensorMap, const std::uint8_t*, void*, OutputType, int, int, int, int, float,
-                          std::uint64_t*);
+                          std::uint64_t*, CUtensorMap, int);
 
 KernelFn kernel_for(const TileConfig& c) {
   if (c.block_m == 256 && c.stages == 6) return prefill_gemm_kernel<256, 6>;
@@ -445,11 +483,14 @@ int concurrent_ctas(const TileConfig& config, int split) {
 
 void prepare_launch(const Plan& plan) { ensure_smem_attribute(plan.config); }
 
-CUtensorMap make_activation_map(const void* act_bf16, std::int64_t m, std::int64_t k, int block_m) {
-  using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-  static EncodeTiled encode = [] {
+namespace {
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+EncodeTiled encode_tiled() {
+  static const EncodeTiled encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult query{};
     CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &query));
@@ -458,6 +499,34 @@ CUtensorMap make_activation_map(const void* act_bf16, std::int64_t m, std::int64
     }
     return reinterpret_cast<EncodeTiled>(fn);
   }();
+  return encode;
+}
+
+// The output [m, n] of 16-bit elements as boxes of 64 columns x block_m rows in the 128-byte
+// swizzle, for the kernel's TMA-store epilogue. n % 8 == 0 (16-byte row stride).
+CUtensorMap make_output_map(void* out, OutputType type, std::int64_t m, std::int64_t n, int block_m) {
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(n), static_cast<cuuint64_t>(m)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(n) * 2};
+  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(block_m)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r = encode_tiled()(&map, type == OutputType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                                    2, out, dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                    CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    std::ostringstream os;
+    os << "cuTensorMapEncodeTiled failed (CUresult " << static_cast<int>(r) << ") for the output [" << m << ", " << n
+       << "], box 64 x " << block_m;
+    throw RuntimeError(os.str());
+  }
+  return map;
+}
+
+}  // namespace
+
+CUtensorMap make_activation_map(const void* act_bf16, std::int64_t m, std::int64_t k, int block_m) {
+  const EncodeTiled encode = encode_tiled();
   if ((k * 2) % 16 != 0 || m < 1) {
     std::ostringstream os;
     os << "activation tensor map needs m >= 1 and k * 2 % 16 == 0: m = " << m << ", k = " << k;
@@ -498,9 +567,14 @@ void launch_gemm(const Plan& plan, const CUtensorMap& act_map, const std::uint8_
   cfg.numAttrs = 1;
   // The dequantized weight carries 2^-7 (prefill.hpp, packed layout): the epilogue gives it back.
   const float kernel_alpha = static_cast<float>(static_cast<double>(alpha) * decode::kernel_alpha_factor(decode::Math::w4a16));
+  // Unsplit 16-bit outputs with 16-byte rows leave through the copy engine (the kernel's TMA-store
+  // epilogue); the rest through the staged fp32 tile.
+  const bool tma_store = plan.split_k == 1 && out_type != OutputType::f32 && n % 8 == 0 &&
+                         reinterpret_cast<std::uintptr_t>(out) % 16 == 0;
+  const CUtensorMap out_map = tma_store ? make_output_map(out, out_type, m, n, plan.config.block_m) : CUtensorMap{};
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel_for(plan.config), act_map, packed, out, out_type, static_cast<int>(m),
                                 static_cast<int>(n), static_cast<int>(plan.k_blocks), plan.split_k, kernel_alpha,
-                                timeline));
+                                timeline, out_map, tma_store ? 1 : 0));
 }
 
 void launch_dequantize_bf16(const std::uint8_t* codes, const std::uint8_t* scales, std::uint16_t* out,

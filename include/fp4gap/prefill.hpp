@@ -49,12 +49,20 @@ inline constexpr int kStagedStride = kBlockN + 4;
 struct TileConfig {
   int block_m = 256;  // activation rows per CTA (the wgmma N): 64, 128 or 256
   int stages = 6;     // shared-memory pipeline depth
+  // One CTA per SM loops over output tiles (unsplit only): its producer fills the ring with the
+  // next tile's stages while the consumers run the epilogue of the current one, which stages the
+  // 16-bit output tile in shared memory of its own (persistent_staging_bytes) instead of the ring.
+  bool persistent = false;
 
-  // e.g. "sm90a bf16 x nvfp4 m256n128k64 6 stages"
+  // e.g. "sm90a bf16 x nvfp4 m256n128k64 6 stages", "... 4 stages persistent"
   std::string name() const;
-  // Dynamic shared memory the kernel requests: the stage ring, its barriers, 1 KB of alignment
-  // slack (the 128-byte swizzle needs 1024-byte aligned tiles).
+  // Dynamic shared memory the kernel requests: the output staging of a persistent config, the
+  // stage ring, its barriers, 1 KB of alignment slack (the 128-byte swizzle needs 1024-byte
+  // aligned tiles).
   std::int64_t smem_bytes() const;
+  // A persistent config's bf16/f16 output tile [block_m][kBlockN] for the TMA-store epilogue; 0
+  // for the others (their epilogues reuse the ring).
+  std::int64_t persistent_staging_bytes() const;
   // Shared memory a split-K reduction needs to hold one CTA's fp32 partial tile; it reuses the
   // stage ring, so it must fit in it.
   std::int64_t partial_tile_bytes() const;
@@ -82,6 +90,8 @@ struct Plan {
   std::int64_t m_tiles = 0;  // ceil(M / block_m)
   std::int64_t n_tiles = 0;  // ceil(N / kBlockN)
   std::int64_t k_blocks = 0; // ceil(K / kBlockK)
+  // Work units: output tiles x split_k. A persistent config launches at most one CTA per
+  // concurrently resident slot and loops over them.
   std::int64_t ctas() const { return m_tiles * n_tiles * split_k; }
   std::string describe() const;  // config name plus split, e.g. "... 6 stages, split-k 4"
 };
@@ -108,8 +118,9 @@ struct PlanCandidate {
 };
 
 // Every configuration (one not_supported entry per configuration that does not fit the device)
-// and every split 1..min(kMaxSplitK, K blocks) of the feasible ones, in the policy's order: wider
-// tile first, then smaller split. `concurrent` empty: default_concurrent_ctas.
+// and every split 1..min(kMaxSplitK, K blocks) of the feasible ones (split 1 only for a persistent
+// config), in the policy's order: tile_configs() order, then smaller split. `concurrent` empty:
+// default_concurrent_ctas.
 std::vector<PlanCandidate> plan_candidates(std::int64_t m, std::int64_t n, std::int64_t k, const DeviceContext& device,
                                            const ConcurrentCtas& concurrent = {});
 
@@ -123,7 +134,7 @@ Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, const DeviceCon
                  const ConcurrentCtas& concurrent = {});
 
 // A plan for an explicit configuration and split (tests and the tuner); throws InvalidArgument
-// when split_k is outside [1, kMaxSplitK].
+// when split_k is outside [1, kMaxSplitK], or above 1 for a persistent config.
 Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, const TileConfig& config, int split_k);
 
 // K blocks [begin, end) that split `s` of `split_k` accumulates; every split gets at most one

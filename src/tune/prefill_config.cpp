@@ -14,6 +14,7 @@ namespace fp4gap::prefill {
 std::string TileConfig::name() const {
   std::ostringstream os;
   os << "sm90a bf16 x nvfp4 m" << block_m << "n" << kBlockN << "k" << kBlockK << " " << stages << " stages";
+  if (persistent) os << " persistent";
   return os.str();
 }
 
@@ -23,7 +24,11 @@ std::int64_t TileConfig::stage_bytes() const {
 
 std::int64_t TileConfig::smem_bytes() const {
   const std::int64_t barriers = 2 * static_cast<std::int64_t>(stages) * 8;  // full + empty mbarriers
-  return stages * stage_bytes() + barriers + 1024;
+  return persistent_staging_bytes() + stages * stage_bytes() + barriers + 1024;
+}
+
+std::int64_t TileConfig::persistent_staging_bytes() const {
+  return persistent ? static_cast<std::int64_t>(block_m) * kBlockN * 2 : 0;
 }
 
 std::int64_t TileConfig::partial_tile_bytes() const {
@@ -43,6 +48,9 @@ const std::vector<TileConfig>& tile_configs() {
       {256, 6},  // 225,376 B of shared memory: the large-M workhorse
       {128, 8},  // 169,088 B: more tiles for small M
       {64, 12},  // 154,816 B: M <= 64 (decode-sized batches, MoE experts), twice the tiles again
+      // 216,128 B: many-wave shapes (M >= 2048): the next tile's first stages load during this
+      // tile's epilogue; 4 stages leave room for the 64 KB output staging.
+      {256, 4, true},
   };
   return configs;
 }
@@ -56,7 +64,9 @@ Status check_tile_config(const TileConfig& c, const DeviceContext& device) {
     return Status::not_supported(os.str());
   }
   const std::int64_t ring = c.stages * c.stage_bytes();
-  if (c.split_epilogue_bytes() > ring || c.staged_tile_bytes() > ring) {
+  // A persistent config's epilogue never touches the ring (the producer is refilling it) and it
+  // never splits.
+  if (!c.persistent && (c.split_epilogue_bytes() > ring || c.staged_tile_bytes() > ring)) {
     std::ostringstream os;
     os << c.name() << ": the split-K epilogue (" << c.split_epilogue_bytes() << " bytes) or the staged output tile ("
        << c.staged_tile_bytes() << " bytes) does not fit in the stage ring (" << ring << " bytes)";
@@ -76,6 +86,9 @@ Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, const TileConfig&
     std::ostringstream os;
     os << "split_k outside [1, " << kMaxSplitK << "]: split_k = " << split_k;
     throw InvalidArgument(os.str());
+  }
+  if (config.persistent && split_k != 1) {
+    throw InvalidArgument(config.name() + " runs unsplit: split_k = " + std::to_string(split_k));
   }
   if (m < 1 || n < 1 || k < 1) {
     std::ostringstream os;
@@ -97,30 +110,34 @@ namespace {
 // the glm5 shapes at M = 128..4096 (PERF-LOG run 11; median error 2.5-3%, the sweep's best plan
 // or one within 2% of it at all 15 points): a fixed part (the first stage's arrival, the
 // epilogue, the CTA's share of the launch), a split-K reduction through DSMEM, and the main loop
-// per K block. Only the ranking matters for the choice; other GPUs scale all three alike.
+// per K block. A persistent CTA pays the first stage's arrival and the last epilogue once
+// (`once_us`) and per tile only what the epilogue does not overlap with the next tile's loads.
+// Only the ranking matters for the choice; other GPUs scale all of them alike.
 struct TileCost {
   int block_m;
-  double fixed_us, split_us, per_k_block_us;
+  bool persistent;
+  double fixed_us, split_us, per_k_block_us, once_us;
 };
 constexpr TileCost kTileCosts[] = {
-    {256, 5.42, 2.95, 0.658},  // main loop at ~92% of the bf16 tensor rate
-    {128, 3.82, 1.37, 0.404},  // ~77% (why the narrower tiles lose is open: PERF-LOG run 11)
-    {64, 2.86, 1.06, 0.302},   // ~51%
+    {256, false, 5.42, 2.95, 0.658, 0.0},  // main loop at ~92% of the bf16 tensor rate
+    {128, false, 3.82, 1.37, 0.404, 0.0},  // ~77% (why the narrower tiles lose is open: PERF-LOG run 11)
+    {64, false, 2.86, 1.06, 0.302, 0.0},   // ~51%
+    {256, true, 0.9, 0.0, 0.66, 3.5},      // a guess before the first GPU run
 };
 
-const TileCost& tile_cost(int block_m) {
+const TileCost& tile_cost(const TileConfig& config) {
   for (const TileCost& c : kTileCosts) {
-    if (c.block_m == block_m) return c;
+    if (c.block_m == config.block_m && c.persistent == config.persistent) return c;
   }
-  throw InvalidArgument("no prefill cost entry for block_m = " + std::to_string(block_m));
+  throw InvalidArgument("no prefill cost entry for " + config.name());
 }
 
 double plan_cost(const Plan& p, int concurrent_ctas) {
-  const TileCost& c = tile_cost(p.config.block_m);
+  const TileCost& c = tile_cost(p.config);
   const double waves = static_cast<double>(ceil_div(p.ctas(), concurrent_ctas));
   const double kb_per_cta = static_cast<double>(ceil_div(p.k_blocks, p.split_k));
   const double split = p.split_k > 1 ? c.split_us : 0.0;
-  return waves * (c.fixed_us + split + c.per_k_block_us * kb_per_cta);
+  return c.once_us + waves * (c.fixed_us + split + c.per_k_block_us * kb_per_cta);
 }
 
 }  // namespace
@@ -143,7 +160,7 @@ std::vector<PlanCandidate> plan_candidates(std::int64_t m, std::int64_t n, std::
       out.push_back(base);
       continue;
     }
-    for (int split = 1; split <= max_split; ++split) {
+    for (int split = 1; split <= (c.persistent ? 1 : max_split); ++split) {
       PlanCandidate cand = base;
       cand.split_k = split;
       cand.concurrent_ctas = concurrent ? concurrent(c, split) : default_concurrent_ctas(device, split);

@@ -18,20 +18,26 @@ using test::h200_context;
 
 TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
   const std::vector<TileConfig>& configs = tile_configs();
-  ASSERT_EQ(configs.size(), 3u);
+  ASSERT_EQ(configs.size(), 4u);
   EXPECT_EQ(configs[0].name(), "sm90a bf16 x nvfp4 m256n128k64 6 stages");
   EXPECT_EQ(configs[1].name(), "sm90a bf16 x nvfp4 m128n128k64 8 stages");
   EXPECT_EQ(configs[2].name(), "sm90a bf16 x nvfp4 m64n128k64 12 stages");
+  EXPECT_EQ(configs[3].name(), "sm90a bf16 x nvfp4 m256n128k64 4 stages persistent");
   // stages x (activation tile block_m x 64 x 2 B + weight chunk 4096 + 512 B) + 2 x stages
   // mbarriers of 8 B + 1 KB alignment slack.
   EXPECT_EQ(configs[0].smem_bytes(), 6 * (256 * 128 + 4608) + 96 + 1024);
   EXPECT_EQ(configs[1].smem_bytes(), 8 * (128 * 128 + 4608) + 128 + 1024);
   EXPECT_EQ(configs[2].smem_bytes(), 12 * (64 * 128 + 4608) + 192 + 1024);
+  // A persistent config adds its own bf16 output tile, 256 x 128 x 2 B, in front of the ring.
+  EXPECT_EQ(configs[3].persistent_staging_bytes(), 256 * 128 * 2);
+  EXPECT_EQ(configs[3].smem_bytes(), 256 * 128 * 2 + 4 * (256 * 128 + 4608) + 64 + 1024);
+  EXPECT_EQ(configs[0].persistent_staging_bytes(), 0);
   EXPECT_EQ(configs[0].partial_tile_bytes(), 256 * 128 * 4);
   EXPECT_EQ(configs[0].staged_tile_bytes(), 256 * 132 * 4);
   // The partial tile, then half the rows staged: 131,072 + 67,584 of the m256 ring's 224,256.
   EXPECT_EQ(configs[0].split_epilogue_bytes(), 256 * 128 * 4 + 128 * 132 * 4);
   for (const TileConfig& c : configs) {
+    if (c.persistent) continue;  // never splits, never stages in the ring
     EXPECT_LE(c.staged_tile_bytes(), c.stages * c.stage_bytes()) << c.name();
     EXPECT_LE(c.split_epilogue_bytes(), c.stages * c.stage_bytes()) << c.name();
   }
@@ -82,6 +88,13 @@ TEST(PrefillConfig, MakePlanCountsTilesAndRejectsBadSplits) {
   EXPECT_THROW(make_plan(128, 128, 64, tile_configs()[0], 0), InvalidArgument);
   EXPECT_THROW(make_plan(128, 128, 64, tile_configs()[0], kMaxSplitK + 1), InvalidArgument);
   EXPECT_THROW(make_plan(0, 128, 64, tile_configs()[0], 1), InvalidArgument);
+  // A persistent config runs unsplit; the refusal names it.
+  try {
+    make_plan(4096, 4096, 4096, tile_configs()[3], 2);
+    FAIL() << "a persistent config accepted split-k 2";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("persistent runs unsplit"), std::string::npos) << e.what();
+  }
 }
 
 TEST(PrefillPolicy, LargeShapesUseTheWideTileWithoutSplit) {
@@ -148,14 +161,15 @@ TEST(PrefillPolicy, CandidatesCoverEveryPlanAndSayWhyOthersCannotRun) {
   small.smem_per_block_optin = 160000;
   const ConcurrentCtas no_threes = [](const TileConfig&, int split) { return split == 3 ? 0 : 132 / split * split; };
   const std::vector<PlanCandidate> c = plan_candidates(512, 2048, 6144, small, no_threes);
-  ASSERT_EQ(c.size(), 2u + kMaxSplitK);  // one entry per unfit config, then m64 x splits 1..8
-  for (int i = 0; i < 2; ++i) {
+  // In tile_configs() order: m256 and m128 unfit, m64 x splits 1..8, the persistent m256 unfit.
+  ASSERT_EQ(c.size(), 3u + kMaxSplitK);
+  for (const std::size_t i : {std::size_t{0}, std::size_t{1}, c.size() - 1}) {
     EXPECT_EQ(c[i].status.code, StatusCode::not_supported) << c[i].config.name();
     EXPECT_NE(c[i].status.reason.find(std::to_string(c[i].config.smem_bytes())), std::string::npos) << c[i].status.reason;
     EXPECT_NE(c[i].status.reason.find("160000"), std::string::npos) << c[i].status.reason;
   }
   const PlanCandidate* best = nullptr;
-  for (std::size_t i = 2; i < c.size(); ++i) {
+  for (std::size_t i = 2; i + 1 < c.size(); ++i) {
     EXPECT_EQ(c[i].config.block_m, 64);
     EXPECT_EQ(c[i].split_k, static_cast<int>(i) - 1);
     if (c[i].split_k == 3) {

@@ -18,6 +18,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <mutex>
 #include <sstream>
@@ -113,7 +114,7 @@ __device__ __forceinline__ void store_staged_tile(const float* staged, void* out
 
 #endif  // FP4GAP_PREFILL_SM90A
 
-template <int BM, int STAGES>
+template <int BM, int STAGES, bool PERSISTENT>
 __global__ void __launch_bounds__(kThreadsPerCta, 1)
     prefill_gemm_kernel(const __grid_constant__ CUtensorMap act_map, const std::uint8_t* __restrict__ weights,
                         void* __restrict__ out, OutputType out_type, int m, int n, int k_blocks, int split_k,
@@ -124,22 +125,28 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
   const std::uint64_t t_start = timeline != nullptr ? ptx::global_timer() : 0;
   constexpr int kActStageBytes = BM * kBlockK * 2;
   constexpr int kAcc = BM / 2;  // fp32 accumulators per consumer thread (m64 x BM / 128 threads)
+  // A persistent CTA's output staging comes first and is its own: the ring keeps filling with the
+  // next tile while the epilogue runs. The others stage in the (then idle) ring.
+  constexpr std::uint32_t kStagingBytes = PERSISTENT ? BM * kBlockN * 2 : 0;
 
   extern __shared__ std::uint8_t smem_raw[];
   const std::uint32_t raw_addr = ptx::smem_addr(smem_raw);
   const std::uint32_t base = (raw_addr + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1 KB
   std::uint8_t* const base_ptr = smem_raw + (base - raw_addr);
-  const std::uint32_t act_smem = base;
-  const std::uint32_t wgt_offset = STAGES * kActStageBytes;
+  const std::uint32_t act_smem = base + kStagingBytes;
+  const std::uint32_t wgt_offset = kStagingBytes + STAGES * kActStageBytes;
   const std::uint32_t bar_base = base + wgt_offset + STAGES * kChunkBytes;
   auto full_bar = [&](int s) { return bar_base + 8u * s; };
   auto empty_bar = [&](int s) { return bar_base + 8u * (STAGES + s); };
 
+  // Work unit u = tile * split_k + split; a non-persistent grid has one CTA per unit, a persistent
+  // one (split_k == 1) strides over the tiles. Every CTA's ring position (stage, phase) counts
+  // the K blocks of all its tiles so far, identically in producer and consumers.
   const int split = split_k > 1 ? static_cast<int>(ptx::cluster_rank()) : 0;
-  const int tile = static_cast<int>(blockIdx.x) / split_k;
   const int n_tiles = (n + kBlockN - 1) / kBlockN;
-  const int nt = tile % n_tiles;
-  const int mt = tile / n_tiles;
+  const int tiles = ((m + BM - 1) / BM) * n_tiles;
+  const int first_tile = static_cast<int>(blockIdx.x) / split_k;
+  const int tile_stride = PERSISTENT ? static_cast<int>(gridDim.x) : tiles;
   const KRange kr = split_k_range(k_blocks, split_k, split);
   const int iters = static_cast<int>(kr.end - kr.begin);
 
@@ -158,14 +165,18 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
     ptx::release_registers<kProducerRegisters>();
     if (threadIdx.x == kConsumerWarpgroups * 128) {
       ptx::prefetch_tensor_map(&act_map);
-      for (int it = 0; it < iters; ++it) {
-        const int s = it % STAGES;
-        const int kb = static_cast<int>(kr.begin) + it;
-        ptx::mbarrier_wait(empty_bar(s), ((it / STAGES) & 1) ^ 1);
-        ptx::mbarrier_arrive_expect_tx(full_bar(s), kActStageBytes + kChunkBytes);
-        ptx::tma_load_2d(act_smem + s * kActStageBytes, &act_map, full_bar(s), kb * kBlockK, mt * BM);
-        ptx::bulk_load(base + wgt_offset + s * kChunkBytes, weights + chunk_offset(nt, kb, k_blocks), kChunkBytes,
-                       full_bar(s));
+      int seq = 0;  // K blocks loaded so far by this CTA
+      for (int tile = first_tile; tile < tiles; tile += tile_stride) {
+        const int nt = tile % n_tiles, mt = tile / n_tiles;
+        for (int it = 0; it < iters; ++it, ++seq) {
+          const int s = seq % STAGES;
+          const int kb = static_cast<int>(kr.begin) + it;
+          ptx::mbarrier_wait(empty_bar(s), ((seq / STAGES) & 1) ^ 1);
+          ptx::mbarrier_arrive_expect_tx(full_bar(s), kActStageBytes + kChunkBytes);
+          ptx::tma_load_2d(act_smem + s * kActStageBytes, &act_map, full_bar(s), kb * kBlockK, mt * BM);
+          ptx::bulk_load(base + wgt_offset + s * kChunkBytes, weights + chunk_offset(nt, kb, k_blocks), kChunkBytes,
+                         full_bar(s));
+        }
       }
     }
     if (split_k > 1) {
@@ -182,17 +193,16 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
     const int frag_row = 64 * warpgroup + 16 * warp + g;  // this thread's first weight row in the tile
 
     float acc[kAcc];
-#pragma unroll
-    for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
     // Fragments of two K blocks: block it is dequantized into frag[it % 2] while the wgmmas of
     // block it - 1 (frag[(it - 1) % 2]) still run. The buffer index must be a compile-time
     // constant (registers), hence the two-block unrolled loop below.
     std::uint32_t frag[2][4][4];
 
-    auto consume = [&](int it, auto buffer) {
+    // K block `it` of the current tile, at ring position `seq` (K blocks consumed before it).
+    auto consume = [&](int it, int seq, auto buffer) {
       constexpr int b = decltype(buffer)::value;
-      const int s = it % STAGES;
-      ptx::mbarrier_wait(full_bar(s), (it / STAGES) & 1);
+      const int s = seq % STAGES;
+      ptx::mbarrier_wait(full_bar(s), (seq / STAGES) & 1);
       const std::uint8_t* chunk = base_ptr + wgt_offset + s * kChunkBytes;
       const uint4 codes = *reinterpret_cast<const uint4*>(chunk + chunk_code_word_offset(warpgroup, tid, 0));
       const std::uint32_t scales_lo = *reinterpret_cast<const std::uint32_t*>(chunk + chunk_scale_offset(frag_row, 0));
@@ -228,123 +238,153 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
       // Block it - 1 is complete: its stage goes back to the producer and its fragment buffer is
       // free for block it + 1.
       ptx::wgmma_wait<1>();
-      if (it > 0 && lane == 0) ptx::mbarrier_arrive(empty_bar((it - 1) % STAGES));
+      if (it > 0 && lane == 0) ptx::mbarrier_arrive(empty_bar((seq + STAGES - 1) % STAGES));
     };
-    std::uint64_t t_first_data = 0;
+    std::uint64_t t_first_data = 0, t_mainloop_end = 0;
     if (timeline != nullptr && threadIdx.x == 0) {
-      if (iters > 0) ptx::mbarrier_wait(full_bar(0), 0);
+      if (iters > 0 && first_tile < tiles) ptx::mbarrier_wait(full_bar(0), 0);
       t_first_data = ptx::global_timer();
     }
-    // No condition inside the loop body: with one there, ptxas cannot see where each wgmma group
-    // ends and serializes every wgmma (C7513).
-    int it = 0;
-    for (; it + 1 < iters; it += 2) {
-      consume(it, std::integral_constant<int, 0>{});
-      consume(it + 1, std::integral_constant<int, 1>{});
-    }
-    if (it < iters) consume(it, std::integral_constant<int, 0>{});
-    ptx::wgmma_wait<0>();
+    int seq = 0;  // K blocks consumed so far by this CTA
+    for (int tile = first_tile; tile < tiles; tile += tile_stride) {
+      const int nt = tile % n_tiles, mt = tile / n_tiles;
 #pragma unroll
-    for (int i = 0; i < kAcc; ++i) ptx::fence_register(acc[i]);
-    const std::uint64_t t_mainloop_end = timeline != nullptr ? ptx::global_timer() : 0;
+      for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+      // No condition inside the loop body: with one there, ptxas cannot see where each wgmma group
+      // ends and serializes every wgmma (C7513).
+      int it = 0;
+      for (; it + 1 < iters; it += 2) {
+        consume(it, seq + it, std::integral_constant<int, 0>{});
+        consume(it + 1, seq + it + 1, std::integral_constant<int, 1>{});
+      }
+      if (it < iters) consume(it, seq + it, std::integral_constant<int, 0>{});
+      ptx::wgmma_wait<0>();
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) ptx::fence_register(acc[i]);
+      seq += iters;
+      // The tile's last stage goes back too (the producer may be loading the next tile).
+      if (iters > 0 && lane == 0) ptx::mbarrier_arrive(empty_bar((seq + STAGES - 1) % STAGES));
+      if (timeline != nullptr) t_mainloop_end = ptx::global_timer();
 
-    if (split_k == 1 && tma_store) {
-      // 16-bit output through the tensor copy engine: each warp transposes its accumulator
-      // fragments into the tile [BM rows][128 columns] with stmatrix (the D^T fragment of a thread
-      // is word t of row g of an 8x8 block; .trans writes D rows), staged as two halves of 64
-      // columns in the 128-byte swizzle (chunk c of row r at chunk c ^ (r % 8)), then one thread
-      // stores both halves with TMA, which also clips rows >= M and columns >= N.
-      ptx::fence_proxy_async();
-      ptx::named_barrier(1, kConsumerWarpgroups * 128);
-      const std::uint32_t half_base = base + static_cast<std::uint32_t>(warpgroup) * (BM * 128u);
-      const int q = lane / 8, r = lane % 8;
-      const std::uint32_t chunk = static_cast<std::uint32_t>(2 * warp + (q & 1));
-      auto pack = [&](float lo, float hi) {
-        std::uint32_t v;
-        if (out_type == OutputType::bf16) {
-          const __nv_bfloat162 p = __floats2bfloat162_rn(alpha * lo, alpha * hi);
-          v = *reinterpret_cast<const std::uint32_t*>(&p);
+      if (split_k == 1 && tma_store) {
+        // 16-bit output through the tensor copy engine: each warp transposes its accumulator
+        // fragments into the tile [BM rows][128 columns] with stmatrix (the D^T fragment of a thread
+        // is word t of row g of an 8x8 block; .trans writes D rows), staged as two halves of 64
+        // columns in the 128-byte swizzle (chunk c of row r at chunk c ^ (r % 8)), then one thread
+        // stores both halves with TMA, which also clips rows >= M and columns >= N.
+        if constexpr (PERSISTENT) {
+          // The staging is free once the copy engine has read the previous tile out of it.
+          if (threadIdx.x == 0) ptx::bulk_wait_group_read_all();
         } else {
-          const __half2 p = __floats2half2_rn(alpha * lo, alpha * hi);
-          v = *reinterpret_cast<const std::uint32_t*>(&p);
+          ptx::fence_proxy_async();  // the ring: wgmma read it through the async proxy
         }
-        return v;
-      };
+        ptx::named_barrier(1, kConsumerWarpgroups * 128);
+        const std::uint32_t half_base = base + static_cast<std::uint32_t>(warpgroup) * (BM * 128u);
+        const int q = lane / 8, r = lane % 8;
+        const std::uint32_t chunk = static_cast<std::uint32_t>(2 * warp + (q & 1));
+        auto pack = [&](float lo, float hi) {
+          std::uint32_t v;
+          if (out_type == OutputType::bf16) {
+            const __nv_bfloat162 p = __floats2bfloat162_rn(alpha * lo, alpha * hi);
+            v = *reinterpret_cast<const std::uint32_t*>(&p);
+          } else {
+            const __half2 p = __floats2half2_rn(alpha * lo, alpha * hi);
+            v = *reinterpret_cast<const std::uint32_t*>(&p);
+          }
+          return v;
+        };
 #pragma unroll
-      for (int i = 0; i < kAcc / 4; i += 2) {
-        const int row = 8 * (i + q / 2) + r;
-        const std::uint32_t addr = half_base + static_cast<std::uint32_t>(row) * 128u + ((chunk ^ (row & 7)) << 4);
-        ptx::stmatrix_x4_trans(addr, pack(acc[4 * i], acc[4 * i + 1]), pack(acc[4 * i + 2], acc[4 * i + 3]),
-                               pack(acc[4 * i + 4], acc[4 * i + 5]), pack(acc[4 * i + 6], acc[4 * i + 7]));
-      }
-      ptx::fence_proxy_async();  // the generic-proxy writes above, before the copy engine reads them
-      ptx::named_barrier(1, kConsumerWarpgroups * 128);
-      if (threadIdx.x == 0) {
-        ptx::tma_store_2d(&out_map, base, nt * kBlockN, mt * BM);
-        ptx::tma_store_2d(&out_map, base + BM * 128u, nt * kBlockN + 64, mt * BM);
-        ptx::bulk_commit_group();
-        ptx::bulk_wait_group_read_all();  // shared memory must outlive the copy engine's reads
-      }
-    } else if (split_k == 1) {
-      // Staged through shared memory so that global stores are 16-byte and row-contiguous: the
-      // fragment layout alone gives 4 rows x 16 bytes per warp store. The stage ring is free once
-      // both consumer warpgroups are done reading it (through the async proxy).
-      ptx::fence_proxy_async();
-      ptx::named_barrier(1, kConsumerWarpgroups * 128);
-      float* staged = reinterpret_cast<float*>(base_ptr);
-#pragma unroll
-      for (int i = 0; i < kAcc / 4; ++i) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = 8 * i + 2 * t + (e & 1);  // activation row in the tile (output row)
-          const int col = frag_row + ((e >> 1) << 3);  // weight row in the tile (output column)
-          staged[row * kStagedStride + col] = alpha * acc[4 * i + e];
+        for (int i = 0; i < kAcc / 4; i += 2) {
+          const int row = 8 * (i + q / 2) + r;
+          const std::uint32_t addr = half_base + static_cast<std::uint32_t>(row) * 128u + ((chunk ^ (row & 7)) << 4);
+          ptx::stmatrix_x4_trans(addr, pack(acc[4 * i], acc[4 * i + 1]), pack(acc[4 * i + 2], acc[4 * i + 3]),
+                                 pack(acc[4 * i + 4], acc[4 * i + 5]), pack(acc[4 * i + 6], acc[4 * i + 7]));
         }
-      }
-      ptx::named_barrier(1, kConsumerWarpgroups * 128);
-      store_staged_tile(staged, out, out_type, m, n, mt * BM, nt * kBlockN, BM, warpgroup * 128 + tid);
-    } else {
-      // The partial tile reuses the stage ring: both consumer warpgroups must be done reading it
-      // (their wgmmas read it through the async proxy; the partials are ordinary stores).
-      ptx::fence_proxy_async();
-      ptx::named_barrier(1, kConsumerWarpgroups * 128);
-      float4* partial = reinterpret_cast<float4*>(base_ptr);
-      const int thread = warpgroup * 128 + tid;
-#pragma unroll
-      for (int i = 0; i < kAcc / 4; ++i) {
-        partial[i * (kConsumerWarpgroups * 128) + thread] =
-            make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
-      }
-      ptx::cluster_sync();
-      // This CTA reduces its share of the accumulator quads, adding the partials of ranks 0, 1, ...
-      // in that order whatever the rank: the sum is the same bits on every run. Quad i holds
-      // output rows 8i .. 8i + 7, so a share is a band of whole rows: staged after the partials
-      // (which other CTAs still read) and stored 16 bytes at a time like the unsplit tile.
-      const KRange share = split_k_range(kAcc / 4, split_k, split);
-      float* staged = reinterpret_cast<float*>(base_ptr + BM * kBlockN * 4);
-      for (int i = static_cast<int>(share.begin); i < static_cast<int>(share.end); ++i) {
-        const std::uint32_t local = ptx::smem_addr(&partial[i * (kConsumerWarpgroups * 128) + thread]);
-        float4 sum = ptx::load_cluster_f4(ptx::map_to_rank(local, 0));
-        for (int q = 1; q < split_k; ++q) {
-          const float4 v = ptx::load_cluster_f4(ptx::map_to_rank(local, static_cast<std::uint32_t>(q)));
-          sum.x += v.x;
-          sum.y += v.y;
-          sum.z += v.z;
-          sum.w += v.w;
+        ptx::fence_proxy_async();  // the generic-proxy writes above, before the copy engine reads them
+        ptx::named_barrier(1, kConsumerWarpgroups * 128);
+        if (threadIdx.x == 0) {
+          ptx::tma_store_2d(&out_map, base, nt * kBlockN, mt * BM);
+          ptx::tma_store_2d(&out_map, base + BM * 128u, nt * kBlockN + 64, mt * BM);
+          ptx::bulk_commit_group();
+          // Shared memory must outlive the copy engine's reads: a persistent CTA waits before it
+          // next writes the staging, or before it exits.
+          if (!PERSISTENT || tile + tile_stride >= tiles) ptx::bulk_wait_group_read_all();
         }
-        const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
-        const int band_row = 8 * (i - static_cast<int>(share.begin)) + 2 * t;
+      } else if constexpr (PERSISTENT) {
+        // f32 output, or rows without 16-byte alignment: straight from the fragments (the ring is
+        // being refilled, and the staging holds only a 16-bit tile). D^T fragment element e of
+        // quad i is output row 8i + 2t + e % 2, column frag_row + 8 (e / 2).
+        const int row0 = mt * BM, col0 = nt * kBlockN + frag_row;
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          staged[(band_row + (e & 1)) * kStagedStride + frag_row + ((e >> 1) << 3)] = alpha * vals[e];
+        for (int i = 0; i < kAcc / 4; ++i) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int gm = row0 + 8 * i + 2 * t + (e & 1), gn = col0 + ((e >> 1) << 3);
+            if (gm < m && gn < n) store_output(out, out_type, static_cast<std::int64_t>(gm) * n + gn, alpha * acc[4 * i + e]);
+          }
         }
+      } else if (split_k == 1) {
+        // Staged through shared memory so that global stores are 16-byte and row-contiguous: the
+        // fragment layout alone gives 4 rows x 16 bytes per warp store. The stage ring is free once
+        // both consumer warpgroups are done reading it (through the async proxy).
+        ptx::fence_proxy_async();
+        ptx::named_barrier(1, kConsumerWarpgroups * 128);
+        float* staged = reinterpret_cast<float*>(base_ptr);
+#pragma unroll
+        for (int i = 0; i < kAcc / 4; ++i) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int row = 8 * i + 2 * t + (e & 1);  // activation row in the tile (output row)
+            const int col = frag_row + ((e >> 1) << 3);  // weight row in the tile (output column)
+            staged[row * kStagedStride + col] = alpha * acc[4 * i + e];
+          }
+        }
+        ptx::named_barrier(1, kConsumerWarpgroups * 128);
+        store_staged_tile(staged, out, out_type, m, n, mt * BM, nt * kBlockN, BM, warpgroup * 128 + tid);
+      } else {
+        // The partial tile reuses the stage ring: both consumer warpgroups must be done reading it
+        // (their wgmmas read it through the async proxy; the partials are ordinary stores).
+        ptx::fence_proxy_async();
+        ptx::named_barrier(1, kConsumerWarpgroups * 128);
+        float4* partial = reinterpret_cast<float4*>(base_ptr);
+        const int thread = warpgroup * 128 + tid;
+#pragma unroll
+        for (int i = 0; i < kAcc / 4; ++i) {
+          partial[i * (kConsumerWarpgroups * 128) + thread] =
+              make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
+        }
+        ptx::cluster_sync();
+        // This CTA reduces its share of the accumulator quads, adding the partials of ranks 0, 1, ...
+        // in that order whatever the rank: the sum is the same bits on every run. Quad i holds
+        // output rows 8i .. 8i + 7, so a share is a band of whole rows: staged after the partials
+        // (which other CTAs still read) and stored 16 bytes at a time like the unsplit tile.
+        const KRange share = split_k_range(kAcc / 4, split_k, split);
+        float* staged = reinterpret_cast<float*>(base_ptr + BM * kBlockN * 4);
+        for (int i = static_cast<int>(share.begin); i < static_cast<int>(share.end); ++i) {
+          const std::uint32_t local = ptx::smem_addr(&partial[i * (kConsumerWarpgroups * 128) + thread]);
+          float4 sum = ptx::load_cluster_f4(ptx::map_to_rank(local, 0));
+          for (int q = 1; q < split_k; ++q) {
+            const float4 v = ptx::load_cluster_f4(ptx::map_to_rank(local, static_cast<std::uint32_t>(q)));
+            sum.x += v.x;
+            sum.y += v.y;
+            sum.z += v.z;
+            sum.w += v.w;
+          }
+          const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
+          const int band_row = 8 * (i - static_cast<int>(share.begin)) + 2 * t;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            staged[(band_row + (e & 1)) * kStagedStride + frag_row + ((e >> 1) << 3)] = alpha * vals[e];
+          }
+        }
+        ptx::named_barrier(1, kConsumerWarpgroups * 128);
+        store_staged_tile(staged, out, out_type, m, n, mt * BM + 8 * static_cast<int>(share.begin), nt * kBlockN,
+                          8 * static_cast<int>(share.end - share.begin), thread);
+        ptx::cluster_sync();  // no CTA leaves while another still reads its shared memory
       }
-      ptx::named_barrier(1, kConsumerWarpgroups * 128);
-      store_staged_tile(staged, out, out_type, m, n, mt * BM + 8 * static_cast<int>(share.begin), nt * kBlockN,
-                        8 * static_cast<int>(share.end - share.begin), thread);
-      ptx::cluster_sync();  // no CTA leaves while another still reads its shared memory
     }
     if (timeline != nullptr && threadIdx.x == 0) {
+      // A persistent CTA: first data of its first tile, main loop end of its last.
       std::uint64_t* row = timeline + static_cast<std::size_t>(blockIdx.x) * kTimelineFields;
       row[0] = t_start;
       row[1] = t_first_data;
@@ -383,9 +423,10 @@ using KernelFn = void (*)(CUtensorMap, const std::uint8_t*, void*, OutputType, i
                           std::uint64_t*, CUtensorMap, int);
 
 KernelFn kernel_for(const TileConfig& c) {
-  if (c.block_m == 256 && c.stages == 6) return prefill_gemm_kernel<256, 6>;
-  if (c.block_m == 128 && c.stages == 8) return prefill_gemm_kernel<128, 8>;
-  if (c.block_m == 64 && c.stages == 12) return prefill_gemm_kernel<64, 12>;
+  if (c.block_m == 256 && c.stages == 6 && !c.persistent) return prefill_gemm_kernel<256, 6, false>;
+  if (c.block_m == 128 && c.stages == 8 && !c.persistent) return prefill_gemm_kernel<128, 8, false>;
+  if (c.block_m == 64 && c.stages == 12 && !c.persistent) return prefill_gemm_kernel<64, 12, false>;
+  if (c.block_m == 256 && c.stages == 4 && c.persistent) return prefill_gemm_kernel<256, 4, true>;
   throw InvalidArgument("no prefill kernel compiled for " + c.name() + " (see prefill_tile_configs())");
 }
 
@@ -456,13 +497,18 @@ int concurrent_ctas(const TileConfig& config, int split) {
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   struct Entry {
-    int dev, block_m, stages, split, ctas;
+    int dev, block_m, stages;
+    bool persistent;
+    int split, ctas;
   };
   static std::mutex mutex;
   static std::vector<Entry> cache;
   std::lock_guard<std::mutex> lock(mutex);
   for (const Entry& e : cache) {
-    if (e.dev == dev && e.block_m == config.block_m && e.stages == config.stages && e.split == split) return e.ctas;
+    if (e.dev == dev && e.block_m == config.block_m && e.stages == config.stages && e.persistent == config.persistent &&
+        e.split == split) {
+      return e.ctas;
+    }
   }
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(split * 1024));
@@ -477,11 +523,16 @@ int concurrent_ctas(const TileConfig& config, int split) {
   cfg.numAttrs = 1;
   int clusters = 0;
   CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel_for(config), &cfg));
-  cache.push_back({dev, config.block_m, config.stages, split, clusters * split});
+  cache.push_back({dev, config.block_m, config.stages, config.persistent, split, clusters * split});
   return clusters * split;
 }
 
 void prepare_launch(const Plan& plan) { ensure_smem_attribute(plan.config); }
+
+std::int64_t launch_ctas(const Plan& plan) {
+  if (!plan.config.persistent) return plan.ctas();
+  return std::min<std::int64_t>(plan.ctas(), concurrent_ctas(plan.config, 1));
+}
 
 namespace {
 
@@ -554,7 +605,7 @@ void launch_gemm(const Plan& plan, const CUtensorMap& act_map, const std::uint8_
                  std::uint64_t* timeline) {
   prepare_launch(plan);
   cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(plan.ctas()));
+  cfg.gridDim = dim3(static_cast<unsigned>(launch_ctas(plan)));
   cfg.blockDim = dim3(kThreadsPerCta);
   cfg.dynamicSmemBytes = static_cast<std::size_t>(plan.config.smem_bytes());
   cfg.stream = stream;

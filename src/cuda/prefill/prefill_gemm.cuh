@@ -26,6 +26,10 @@ int concurrent_ctas(const TileConfig& config, int split);
 // `plan` into a graph. launch_gemm calls it too.
 void prepare_launch(const Plan& plan);
 
+// CTAs launch_gemm launches for `plan`: plan.ctas(), or for a persistent config at most as many
+// as can be resident at once (each loops over the tiles).
+std::int64_t launch_ctas(const Plan& plan);
+
 // Tensor map of a row-major [m, k] bf16 activation matrix, boxes of kBlockK x block_m with the
 // 128-byte swizzle (rows beyond m read as zeros). k * 2 must be a multiple of 16.
 CUtensorMap make_activation_map(const void* act_bf16, std::int64_t m, std::int64_t k, int block_m);
@@ -36,7 +40,7 @@ inline constexpr int kTimelineFields = 5;
 
 // D[m, n] = alpha * A * W^T on `stream`. `act_map` from make_activation_map(.., plan.config.block_m);
 // `packed` from pack_weights (uploaded); `out` row-major [m, n] of `out_type`. Graph-capturable.
-// `timeline`: nullptr, or plan.ctas() x kTimelineFields words of device memory that thread 0 of
+// `timeline`: nullptr, or launch_ctas(plan) x kTimelineFields words of device memory that thread 0 of
 // each CTA fills (a diagnostic: where a CTA's time goes; costs one wait and four timer reads).
 void launch_gemm(const Plan& plan, const CUtensorMap& act_map, const std::uint8_t* packed, void* out,
                  OutputType out_type, std::int64_t m, std::int64_t n, float alpha, cudaStream_t stream,

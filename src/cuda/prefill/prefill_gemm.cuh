@@ -38,13 +38,18 @@ CUtensorMap make_activation_map(const void* act_bf16, std::int64_t m, std::int64
 // had arrived, at the end of its main loop and at the end of its epilogue, then its SM id.
 inline constexpr int kTimelineFields = 5;
 
+// Device workspace launch_gemm needs for `plan`: 0, or for a stream-K plan
+// stream_k_workspace_bytes on launch_ctas(plan) CTAs, which must be zero before its first launch
+// and 256-byte aligned (each launch leaves it zero again). One workspace serves one launch at a time.
+std::int64_t workspace_bytes(const Plan& plan);
+
 // D[m, n] = alpha * A * W^T on `stream`. `act_map` from make_activation_map(.., plan.config.block_m);
 // `packed` from pack_weights (uploaded); `out` row-major [m, n] of `out_type`. Graph-capturable.
 // `timeline`: nullptr, or launch_ctas(plan) x kTimelineFields words of device memory that thread 0 of
 // each CTA fills (a diagnostic: where a CTA's time goes; costs one wait and four timer reads).
 void launch_gemm(const Plan& plan, const CUtensorMap& act_map, const std::uint8_t* packed, void* out,
                  OutputType out_type, std::int64_t m, std::int64_t n, float alpha, cudaStream_t stream,
-                 std::uint64_t* timeline = nullptr);
+                 void* workspace = nullptr, std::uint64_t* timeline = nullptr);
 
 // Exact NVFP4 -> bf16 dequantization of a row-major [m, k] matrix with LINEAR scales (no global
 // scale): out = e2m1 * e4m3. k % 16 == 0. Graph-capturable.

@@ -141,8 +141,9 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
 
   // A non-persistent grid has one CTA per (tile, split): CTA = tile * split_k + split. A
   // persistent one (split_k == 1) strides over the first dp_tiles tiles, then takes its stream-K
-  // range of the rest (prefill.hpp, StreamK). Every CTA's ring position (stage, phase) counts the
-  // K blocks of all its segments so far, identically in producer and consumers.
+  // range of the rest (prefill.hpp, StreamK). Producer and consumers each carry the ring position
+  // (stage, phase) of the next K block in registers, advanced by one per K block across all the
+  // CTA's segments, so a segment's first block can be at any stage and phase.
   const int split = split_k > 1 ? static_cast<int>(ptx::cluster_rank()) : 0;
   const int n_tiles = (n + kBlockN - 1) / kBlockN;
   const int tiles = ((m + BM - 1) / BM) * n_tiles;
@@ -170,17 +171,20 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
     ptx::release_registers<kProducerRegisters>();
     if (threadIdx.x == kConsumerWarpgroups * 128) {
       ptx::prefetch_tensor_map(&act_map);
-      int seq = 0;  // K blocks loaded so far by this CTA
+      int stage = 0;            // ring position of the next K block to load
+      std::uint32_t phase = 0;  // ... and the phase its stage's barriers are in
       Segments work = segments();
       for (int tile, kb0 = dp_kb0, kb1 = dp_kb1; work.next(tile, kb0, kb1);) {
         const int nt = tile % n_tiles, mt = tile / n_tiles;
-        for (int kb = kb0; kb < kb1; ++kb, ++seq) {
-          const int s = seq % STAGES;
-          ptx::mbarrier_wait(empty_bar(s), ((seq / STAGES) & 1) ^ 1);
-          ptx::mbarrier_arrive_expect_tx(full_bar(s), kActStageBytes + kChunkBytes);
-          ptx::tma_load_2d(act_smem + s * kActStageBytes, &act_map, full_bar(s), kb * kBlockK, mt * BM);
-          ptx::bulk_load(base + wgt_offset + s * kChunkBytes, weights + chunk_offset(nt, kb, k_blocks), kChunkBytes,
-                         full_bar(s));
+        for (int kb = kb0; kb < kb1; ++kb) {
+          ptx::mbarrier_wait(empty_bar(stage), phase ^ 1);
+          ptx::mbarrier_arrive_expect_tx(full_bar(stage), kActStageBytes + kChunkBytes);
+          ptx::tma_load_2d(act_smem + stage * kActStageBytes, &act_map, full_bar(stage), kb * kBlockK, mt * BM);
+          ptx::bulk_load(base + wgt_offset + stage * kChunkBytes, weights + chunk_offset(nt, kb, k_blocks),
+                         kChunkBytes, full_bar(stage));
+          const bool wrap = stage == STAGES - 1;
+          stage = wrap ? 0 : stage + 1;
+          phase ^= wrap ? 1u : 0u;
         }
       }
     }
@@ -203,16 +207,33 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
     // constant (registers), hence the two-block unrolled loop below.
     std::uint32_t frag[2][4][4];
 
-    // K block `it` of the current tile, at ring position `seq` (K blocks consumed before it).
-    auto consume = [&](int it, int seq, auto buffer) {
+    // Per-thread shared addresses in stage 0 and the descriptor of stage 0, computed once: per K
+    // block only the stage's offset is added (32-bit ld.shared, see ptx::ld_shared_u32).
+    const std::uint32_t code_addr = base + wgt_offset + chunk_code_word_offset(warpgroup, tid, 0);
+    const std::uint32_t scale_addr = base + wgt_offset + chunk_scale_offset(frag_row, 0);
+    constexpr std::uint32_t kScaleRow8 = chunk_scale_offset(8, 0) - chunk_scale_offset(0, 0);  // row + 8
+    // The descriptor's start-address field is the low word's bits 0-13 (address bits 4-17): a
+    // tile's offset in the CTA's shared memory stays below 256 KB, so stage and k16 step offsets
+    // are plain 32-bit additions that never carry out of the field, and the high word (stride,
+    // swizzle) is the same for all.
+    const std::uint64_t desc0 = ptx::sw128_kmajor_desc(act_smem);
+    const std::uint32_t desc_lo = static_cast<std::uint32_t>(desc0);
+    const std::uint64_t desc_hi = desc0 & ~std::uint64_t{0xFFFFFFFFu};
+
+    // Ring position of the next K block (stage, phase), the same sequence as the producer's, and
+    // the stage of the block before it: that block's stage goes back to the producer once its
+    // wgmmas have completed (see below).
+    int stage = 0, last = STAGES - 1;
+    std::uint32_t phase = 0;
+
+    // The next K block of the current tile; `release`: the block before it belongs to this tile.
+    auto consume = [&](bool release, auto buffer) {
       constexpr int b = decltype(buffer)::value;
-      const int s = seq % STAGES;
-      ptx::mbarrier_wait(full_bar(s), (seq / STAGES) & 1);
-      const std::uint8_t* chunk = base_ptr + wgt_offset + s * kChunkBytes;
-      const uint4 codes = *reinterpret_cast<const uint4*>(chunk + chunk_code_word_offset(warpgroup, tid, 0));
-      const std::uint32_t scales_lo = *reinterpret_cast<const std::uint32_t*>(chunk + chunk_scale_offset(frag_row, 0));
-      const std::uint32_t scales_hi =
-          *reinterpret_cast<const std::uint32_t*>(chunk + chunk_scale_offset(frag_row + 8, 0));
+      ptx::mbarrier_wait(full_bar(stage), phase);
+      const std::uint32_t wgt_stage = static_cast<std::uint32_t>(stage) * kChunkBytes;  // the stage's chunk
+      const uint4 codes = ptx::ld_shared_v4_u32(code_addr + wgt_stage);
+      const std::uint32_t scales_lo = ptx::ld_shared_u32(scale_addr + wgt_stage);
+      const std::uint32_t scales_hi = ptx::ld_shared_u32(scale_addr + wgt_stage + kScaleRow8);
       const std::uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -226,12 +247,12 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
       }
       // Every wgmma input (fragments, descriptors) is pinned before the fence: the compiler would
       // otherwise sink its computation between the wgmmas, and ptxas then serializes the group
-      // (warning C7513).
-      const std::uint32_t act = act_smem + s * kActStageBytes;
+      // (warning C7513). Step j reads 32 bytes further along the 128-byte row.
+      const std::uint32_t act_desc_lo = desc_lo + static_cast<std::uint32_t>(stage) * (kActStageBytes >> 4);
       std::uint64_t desc[4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        desc[j] = ptx::sw128_kmajor_desc(act + 32u * j);
+        desc[j] = desc_hi | (act_desc_lo + (32u >> 4) * j);
         ptx::fence_register(desc[j]);
 #pragma unroll
         for (int r = 0; r < 4; ++r) ptx::fence_register(frag[b][j][r]);
@@ -240,14 +261,17 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
 #pragma unroll
       for (int j = 0; j < 4; ++j) Wgmma<BM>::mma(acc, frag[b][j], desc[j]);
       ptx::wgmma_commit();
-      // Block it - 1 is complete: its stage goes back to the producer and its fragment buffer is
-      // free for block it + 1.
+      // The block before is complete: its stage goes back to the producer and its fragment buffer
+      // is free for the block after.
       ptx::wgmma_wait<1>();
-      if (it > 0 && lane == 0) ptx::mbarrier_arrive(empty_bar((seq + STAGES - 1) % STAGES));
+      if (release && lane == 0) ptx::mbarrier_arrive(empty_bar(last));
+      last = stage;
+      const bool wrap = stage == STAGES - 1;
+      stage = wrap ? 0 : stage + 1;
+      phase ^= wrap ? 1u : 0u;
     };
     std::uint64_t t_first_data = 0, t_mainloop_end = 0;
     bool first_segment = true;
-    int seq = 0;  // K blocks consumed so far by this CTA
     Segments work = segments();
     for (int tile, kb0 = dp_kb0, kb1 = dp_kb1; work.next(tile, kb0, kb1);) {
       const int nt = tile % n_tiles, mt = tile / n_tiles;
@@ -260,19 +284,19 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
       // No condition inside the loop body: with one there, ptxas cannot see where each wgmma group
-      // ends and serializes every wgmma (C7513).
+      // ends and serializes every wgmma (C7513). The tile's first block has nothing to release (the
+      // previous tile released its last block below).
       int it = 0;
       for (; it + 1 < iters; it += 2) {
-        consume(it, seq + it, std::integral_constant<int, 0>{});
-        consume(it + 1, seq + it + 1, std::integral_constant<int, 1>{});
+        consume(it > 0, std::integral_constant<int, 0>{});
+        consume(true, std::integral_constant<int, 1>{});
       }
-      if (it < iters) consume(it, seq + it, std::integral_constant<int, 0>{});
+      if (it < iters) consume(it > 0, std::integral_constant<int, 0>{});
       ptx::wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) ptx::fence_register(acc[i]);
-      seq += iters;
       // The tile's last stage goes back too (the producer may be loading the next tile).
-      if (iters > 0 && lane == 0) ptx::mbarrier_arrive(empty_bar((seq + STAGES - 1) % STAGES));
+      if (iters > 0 && lane == 0) ptx::mbarrier_arrive(empty_bar(last));
       if (timeline != nullptr) t_mainloop_end = ptx::global_timer();
 
       if constexpr (PERSISTENT) {
@@ -296,8 +320,8 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
           // (the same bits every run). They wrote them at the start of their ranges; this segment
           // is the last of this CTA's, so the waits are short.
           const std::uint32_t tile_unit = static_cast<std::uint32_t>(tile - dp_tiles) * static_cast<std::uint32_t>(k_blocks);
-          const std::uint32_t last = sk.owner(tile_unit + static_cast<std::uint32_t>(k_blocks) - 1);
-          for (std::uint32_t c = sk.owner(tile_unit + static_cast<std::uint32_t>(kb1)); c <= last; ++c) {
+          const std::uint32_t last_partner = sk.owner(tile_unit + static_cast<std::uint32_t>(k_blocks) - 1);
+          for (std::uint32_t c = sk.owner(tile_unit + static_cast<std::uint32_t>(kb1)); c <= last_partner; ++c) {
             if (sk.empty(c)) continue;
             if (threadIdx.x == 0) {
               while (ptx::load_acquire_gpu(&sk_flags[c]) == 0u) {

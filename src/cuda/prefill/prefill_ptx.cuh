@@ -70,6 +70,24 @@ __device__ __forceinline__ void mbarrier_wait(std::uint32_t bar, std::uint32_t p
   } while (done == 0);
 }
 
+// 32-bit shared-memory loads. Explicit ld.shared on a 32-bit address keeps the per-thread address
+// in one register: with generic pointers ptxas rematerializes the aligned base and the thread's
+// offsets inside the main loop. The "memory" clobber keeps them after the mbarrier wait that
+// guards the data (the wait has one too).
+__device__ __forceinline__ uint4 ld_shared_v4_u32(std::uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ std::uint32_t ld_shared_u32(std::uint32_t addr) {
+  std::uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
+
 // ---- copy engine ----
 
 // 2D tile of a tensor map into shared memory (box and swizzle as the map says); completion is

@@ -609,7 +609,9 @@ void prepare_launch(const Plan& plan) { ensure_smem_attribute(plan.config); }
 
 std::int64_t launch_ctas(const Plan& plan) {
   if (!plan.config.persistent) return plan.ctas();
-  return std::min<std::int64_t>(plan.ctas(), concurrent_ctas(plan.config, 1));
+  // Stream-K spreads K blocks, so it fills every resident slot even with fewer tiles than slots.
+  const std::int64_t work = plan.stream_k ? plan.ctas() * plan.k_blocks : plan.ctas();
+  return std::min<std::int64_t>(work, concurrent_ctas(plan.config, 1));
 }
 
 namespace {

@@ -27,7 +27,8 @@ int concurrent_ctas(const TileConfig& config, int split);
 void prepare_launch(const Plan& plan);
 
 // CTAs launch_gemm launches for `plan`: plan.ctas(), or for a persistent config at most as many
-// as can be resident at once (each loops over the tiles).
+// as can be resident at once (each loops over its tiles); a stream-K plan takes them all (unless
+// there are fewer K blocks in all than that).
 std::int64_t launch_ctas(const Plan& plan);
 
 // Tensor map of a row-major [m, k] bf16 activation matrix, boxes of kBlockK x block_m with the

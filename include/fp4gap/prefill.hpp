@@ -90,11 +90,10 @@ struct Plan {
   std::int64_t m_tiles = 0;  // ceil(M / block_m)
   std::int64_t n_tiles = 0;  // ceil(N / kBlockN)
   std::int64_t k_blocks = 0; // ceil(K / kBlockK)
-  bool stream_k = false;     // persistent configs only: the last partial wave split by K block
   // Work units: output tiles x split_k. A persistent config launches at most one CTA per
   // concurrently resident slot and loops over them.
   std::int64_t ctas() const { return m_tiles * n_tiles * split_k; }
-  std::string describe() const;  // config name plus split, e.g. "... 6 stages, split-k 4", "..., stream-k"
+  std::string describe() const;  // config name plus split, e.g. "... 6 stages, split-k 4"
 };
 
 // CTAs of `config` that run at once when launched in clusters of `split` (one CTA per SM: the
@@ -111,7 +110,6 @@ int default_concurrent_ctas(const DeviceContext& device, int split);
 struct PlanCandidate {
   TileConfig config;
   int split_k = 1;
-  bool stream_k = false;
   Status status;
   Plan plan;                  // valid when status is ok
   int concurrent_ctas = 0;
@@ -120,8 +118,8 @@ struct PlanCandidate {
 };
 
 // Every configuration (one not_supported entry per configuration that does not fit the device)
-// and every split 1..min(kMaxSplitK, K blocks) of the feasible ones (for a persistent config: split
-// 1, then stream-K), in the policy's order: tile_configs() order, then smaller split. `concurrent` empty:
+// and every split 1..min(kMaxSplitK, K blocks) of the feasible ones (split 1 only for a persistent
+// config), in the policy's order: tile_configs() order, then smaller split. `concurrent` empty:
 // default_concurrent_ctas.
 std::vector<PlanCandidate> plan_candidates(std::int64_t m, std::int64_t n, std::int64_t k, const DeviceContext& device,
                                            const ConcurrentCtas& concurrent = {});
@@ -136,10 +134,8 @@ Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, const DeviceCon
                  const ConcurrentCtas& concurrent = {});
 
 // A plan for an explicit configuration and split (tests and the tuner); throws InvalidArgument
-// when split_k is outside [1, kMaxSplitK], or above 1 for a persistent config, or stream_k is asked
-// of a config that is not persistent.
-Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, const TileConfig& config, int split_k,
-               bool stream_k = false);
+// when split_k is outside [1, kMaxSplitK], or above 1 for a persistent config.
+Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, const TileConfig& config, int split_k);
 
 // K blocks [begin, end) that split `s` of `split_k` accumulates; every split gets at most one
 // block more than another, and none is empty while k_blocks >= split_k.
@@ -151,79 +147,6 @@ FP4GAP_HD constexpr KRange split_k_range(std::int64_t k_blocks, int split_k, int
   const std::int64_t begin = s * base + (s < extra ? s : extra);
   return {begin, begin + base + (s < extra ? 1 : 0)};
 }
-
-// ---- Stream-K (persistent configs) ----
-//
-// A stream-K plan runs its first `dp_tiles` tiles data-parallel (CTA c takes tiles c, c + G, ...,
-// G CTAs all resident at once) and spreads the K blocks of the remaining tiles evenly: unit u of
-// the stream-K region is K block u % k_blocks of its tile dp_tiles + u / k_blocks, and CTA c takes
-// the contiguous units [stream_k_begin(c), stream_k_begin(c + 1)). A CTA's units cut tiles into
-// segments. Only its first segment can start inside a tile (every later one starts at a tile's
-// K block 0), so each CTA leaves at most one partial tile in the workspace. The CTA whose segment
-// holds a tile's K block 0 ("the head", which reaches that segment last in its range) adds the
-// partials of the tile's other CTAs, in increasing CTA order (the same bits every run), and
-// stores the tile.
-struct StreamK {
-  std::uint32_t units = 0;  // (tiles - dp_tiles) * k_blocks
-  std::uint32_t ctas = 1;   // G; 32-bit arithmetic: (units + 1) * ctas < 2^32 (stream_k_fits)
-
-  FP4GAP_HD constexpr std::uint32_t begin(std::uint32_t c) const { return c * units / ctas; }
-  // The CTA whose range holds unit u (0 <= u < units): the largest c with begin(c) <= u.
-  FP4GAP_HD constexpr std::uint32_t owner(std::uint32_t u) const { return ((u + 1) * ctas - 1) / units; }
-  FP4GAP_HD constexpr bool empty(std::uint32_t c) const { return begin(c) == begin(c + 1); }
-};
-
-// Whether StreamK's 32-bit arithmetic holds for `tiles` tiles of `k_blocks` K blocks on `ctas` CTAs.
-constexpr bool stream_k_fits(std::int64_t tiles, std::int64_t k_blocks, int ctas) {
-  const std::int64_t units = (tiles - tiles / ctas * ctas) * k_blocks;
-  return ctas >= 1 && (units + 1) * ctas < (std::int64_t{1} << 32);
-}
-
-// One CTA's pieces of work, in order: next(tile, kb0, kb1) gives a tile and its K blocks
-// [kb0, kb1), false after the last. Data-parallel tiles first (tile, tile + stride, ... below
-// dp_tiles; kb0 and kb1 are left as the caller set them: the CTA's split of K), then its stream-K
-// units [u, end). The kernel's producer and consumers each walk it with one loop.
-struct Segments {
-  int tile, stride, dp_tiles, k_blocks;
-  std::uint32_t u, end;
-
-  FP4GAP_HD bool next(int& t, int& kb0, int& kb1) {
-    if (tile < dp_tiles) {
-      t = tile;
-      tile += stride;
-      return true;
-    }
-    if (u >= end) return false;
-    const auto kb = static_cast<std::uint32_t>(k_blocks);
-    t = dp_tiles + static_cast<int>(u / kb);
-    kb0 = static_cast<int>(u % kb);
-    kb1 = static_cast<int>(kb0 + end - u < kb ? kb0 + end - u : kb);
-    u += static_cast<std::uint32_t>(kb1 - kb0);
-    return true;
-  }
-};
-
-// CTA `cta`'s segments: a non-persistent grid passes stride = dp_tiles = tiles (one tile per
-// split_k CTAs) and an empty stream-K region; a persistent one stride = its CTAs.
-FP4GAP_HD constexpr Segments make_segments(int cta, int split_k, int stride, int dp_tiles, const StreamK& sk,
-                                           int k_blocks) {
-  Segments g{cta / split_k, stride, dp_tiles, k_blocks, 0u, 0u};
-  if (sk.units > 0) {
-    g.u = sk.begin(static_cast<std::uint32_t>(cta));
-    g.end = sk.begin(static_cast<std::uint32_t>(cta) + 1);
-  }
-  return g;
-}
-
-// Tiles a stream-K plan of `tiles` tiles on `ctas` resident CTAs runs data-parallel: the whole
-// waves; the last, partial wave is spread over all CTAs by K block.
-FP4GAP_HD constexpr std::int64_t stream_k_dp_tiles(std::int64_t tiles, int ctas) { return tiles / ctas * ctas; }
-
-// Workspace of a stream-K launch on `ctas` CTAs: one flag word per CTA (zero between launches; the
-// head that consumes a partial resets its flag), then one fp32 partial tile per CTA.
-// The flags are padded to 256 bytes (stream_k_flag_bytes) so that the partial tiles start aligned.
-std::int64_t stream_k_flag_bytes(int ctas);
-std::int64_t stream_k_workspace_bytes(const TileConfig& config, int ctas);
 
 // ---- Packed weight layout ----
 //

@@ -77,11 +77,11 @@ Status check_tile_config(const TileConfig& c, const DeviceContext& device) {
 
 std::string Plan::describe() const {
   std::ostringstream os;
-  os << config.name() << (stream_k ? ", stream-k" : ", split-k " + std::to_string(split_k));
+  os << config.name() << ", split-k " << split_k;
   return os.str();
 }
 
-Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, const TileConfig& config, int split_k, bool stream_k) {
+Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, const TileConfig& config, int split_k) {
   if (split_k < 1 || split_k > kMaxSplitK) {
     std::ostringstream os;
     os << "split_k outside [1, " << kMaxSplitK << "]: split_k = " << split_k;
@@ -89,9 +89,6 @@ Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, const TileConfig&
   }
   if (config.persistent && split_k != 1) {
     throw InvalidArgument(config.name() + " runs unsplit: split_k = " + std::to_string(split_k));
-  }
-  if (stream_k && !config.persistent) {
-    throw InvalidArgument("stream-K needs a persistent config (all CTAs resident): " + config.name());
   }
   if (m < 1 || n < 1 || k < 1) {
     std::ostringstream os;
@@ -104,31 +101,29 @@ Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, const TileConfig&
   p.m_tiles = ceil_div(m, config.block_m);
   p.n_tiles = ceil_div(n, kBlockN);
   p.k_blocks = ceil_div(k, kBlockK);
-  p.stream_k = stream_k;
   return p;
 }
 
 namespace {
 
-// Per-CTA time of each tile on the H200, fitted to the sweep of every configuration x split on
-// the glm5 shapes at M = 128..4096 (PERF-LOG run 11; median error 2.5-3%, the sweep's best plan
-// or one within 2% of it at all 15 points): a fixed part (the first stage's arrival, the
-// epilogue, the CTA's share of the launch), a split-K reduction through DSMEM, and the main loop
-// per K block. A persistent CTA pays the first stage's arrival and the last epilogue once
-// (`once_us`) and per tile only what the epilogue does not overlap with the next tile's loads.
-// Only the ranking matters for the choice; other GPUs scale all of them alike.
+// Per-CTA time of each tile on the H200, fitted (least squares on relative error) to the sweep
+// of every configuration x split on the glm5 shapes at M = 32..4096 (PERF-LOG run 14; median
+// error 3-4.5%; the pick is the sweep's best or within 2% at 21 of 24 points, and at the other
+// three, all M = 1024-2048 where graph replays run power-limited and the persistent and the
+// 6-stage m256 kernels trade places from run to run, within 10%): a fixed part (the first stage's
+// arrival, the epilogue, the CTA's share of the launch), a split-K reduction through DSMEM, and
+// the main loop per K block. A persistent CTA pays the fixed part once per tile it runs. Only the
+// ranking matters for the choice; other GPUs scale all of them alike.
 struct TileCost {
   int block_m;
   bool persistent;
-  double fixed_us, split_us, per_k_block_us, once_us;
+  double fixed_us, split_us, per_k_block_us;
 };
 constexpr TileCost kTileCosts[] = {
-    {256, false, 5.42, 2.95, 0.658, 0.0},  // main loop at ~92% of the bf16 tensor rate
-    {128, false, 3.82, 1.37, 0.404, 0.0},  // ~77% (why the narrower tiles lose is open: PERF-LOG run 11)
-    {64, false, 2.86, 1.06, 0.302, 0.0},   // ~51%
-    // split_us here: a stream-K CTA's partial tile out and the head's reads of it (a guess
-    // before the first GPU run).
-    {256, true, 1.2, 2.0, 0.634, 3.6},
+    {256, false, 2.97, 5.94, 0.638},  // main loop at ~92% of the bf16 tensor rate
+    {128, false, 2.92, 2.73, 0.410},  // ~77%
+    {64, false, 2.59, 1.84, 0.306},   // ~51%
+    {256, true, 3.83, 0.0, 0.613},    // unsplit only
 };
 
 const TileCost& tile_cost(const TileConfig& config) {
@@ -140,21 +135,10 @@ const TileCost& tile_cost(const TileConfig& config) {
 
 double plan_cost(const Plan& p, int concurrent_ctas) {
   const TileCost& c = tile_cost(p.config);
-  const double tile_us = c.fixed_us + c.per_k_block_us * static_cast<double>(p.k_blocks);
-  if (p.stream_k) {
-    const std::int64_t tiles = p.m_tiles * p.n_tiles;
-    const std::int64_t dp_tiles = stream_k_dp_tiles(tiles, concurrent_ctas);
-    double us = c.once_us + static_cast<double>(dp_tiles / concurrent_ctas) * tile_us;
-    if (dp_tiles < tiles) {
-      const std::int64_t units = ceil_div((tiles - dp_tiles) * p.k_blocks, concurrent_ctas);
-      us += c.fixed_us + c.split_us + c.per_k_block_us * static_cast<double>(units);
-    }
-    return us;
-  }
   const double waves = static_cast<double>(ceil_div(p.ctas(), concurrent_ctas));
   const double kb_per_cta = static_cast<double>(ceil_div(p.k_blocks, p.split_k));
   const double split = p.split_k > 1 ? c.split_us : 0.0;
-  return c.once_us + waves * (c.fixed_us + split + c.per_k_block_us * kb_per_cta);
+  return waves * (c.fixed_us + split + c.per_k_block_us * kb_per_cta);
 }
 
 }  // namespace
@@ -177,22 +161,16 @@ std::vector<PlanCandidate> plan_candidates(std::int64_t m, std::int64_t n, std::
       out.push_back(base);
       continue;
     }
-    // A persistent config: unsplit, then stream-K (the loop's split 2 stands for it).
-    for (int split = 1; split <= (c.persistent ? 2 : max_split); ++split) {
+    for (int split = 1; split <= (c.persistent ? 1 : max_split); ++split) {
       PlanCandidate cand = base;
-      cand.stream_k = c.persistent && split == 2;
-      cand.split_k = cand.stream_k ? 1 : split;
-      cand.concurrent_ctas = concurrent ? concurrent(c, cand.split_k) : default_concurrent_ctas(device, cand.split_k);
+      cand.split_k = split;
+      cand.concurrent_ctas = concurrent ? concurrent(c, split) : default_concurrent_ctas(device, split);
       if (cand.concurrent_ctas < cand.split_k) {
         std::ostringstream os;
         os << "a cluster of " << cand.split_k << " CTAs of " << c.name() << " cannot run at once on " << device.name;
         cand.status = Status::not_supported(os.str());
-      } else if (cand.stream_k && !stream_k_fits(ceil_div(m, c.block_m) * ceil_div(n, kBlockN), k_blocks,
-                                                 cand.concurrent_ctas)) {
-        cand.status = Status::not_supported("stream-K's 32-bit unit arithmetic: (units + 1) x CTAs >= 2^32 at K = " +
-                                            std::to_string(k));
       } else {
-        cand.plan = make_plan(m, n, k, c, cand.split_k, cand.stream_k);
+        cand.plan = make_plan(m, n, k, c, split);
         cand.waves = ceil_div(cand.plan.ctas(), cand.concurrent_ctas);
         cand.predicted_us = plan_cost(cand.plan, cand.concurrent_ctas);
       }
@@ -224,12 +202,6 @@ Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, const DeviceCon
     throw InvalidArgument(os.str());
   }
   return best->plan;
-}
-
-std::int64_t stream_k_flag_bytes(int ctas) { return (static_cast<std::int64_t>(ctas) * 4 + 255) / 256 * 256; }
-
-std::int64_t stream_k_workspace_bytes(const TileConfig& config, int ctas) {
-  return stream_k_flag_bytes(ctas) + static_cast<std::int64_t>(ctas) * config.block_m * kBlockN * 4;
 }
 
 }  // namespace fp4gap::prefill

@@ -138,7 +138,6 @@ struct DeviceGemm {
   cuda::DeviceBuffer<std::uint16_t> act;
   cuda::DeviceBuffer<std::uint8_t> packed;
   cuda::DeviceBuffer<std::uint8_t> out;
-  cuda::DeviceBuffer<std::uint8_t> workspace;  // stream-K plans only, zeroed
   CUtensorMap map{};
 };
 
@@ -149,10 +148,6 @@ DeviceGemm upload(const GemmInputs& in, const prefill::Plan& plan) {
   d.out = cuda::DeviceBuffer<std::uint8_t>(
       static_cast<std::size_t>(in.problem.m * in.problem.n * output_type_bytes(in.problem.out_type)));
   d.map = prefill::make_activation_map(d.act.get(), in.problem.m, in.problem.k, plan.config.block_m);
-  if (const std::int64_t bytes = prefill::workspace_bytes(plan); bytes > 0) {
-    d.workspace = cuda::DeviceBuffer<std::uint8_t>(static_cast<std::size_t>(bytes));
-    d.workspace.fill_bytes(0);
-  }
   return d;
 }
 
@@ -174,7 +169,7 @@ std::vector<float> read_floats(const DeviceGemm& d, const GemmProblem& p) {
 
 void launch(const DeviceGemm& d, const GemmInputs& in, const prefill::Plan& plan, cudaStream_t stream) {
   prefill::launch_gemm(plan, d.map, d.packed.get(), d.out.get(), in.problem.out_type, in.problem.m, in.problem.n,
-                       static_cast<float>(in.alpha), stream, d.workspace.get());
+                       static_cast<float>(in.alpha), stream);
 }
 
 TEST(PrefillKernel, EveryConfigurationAndSplitIsExactAndRepeatable) {
@@ -252,56 +247,42 @@ TEST(PrefillKernel, TmaStoreEpilogueIsExactAtEveryEdge) {
   }
 }
 
-TEST(PrefillKernel, PersistentAndStreamKPlansAreExactAndRepeatable) {
+TEST(PrefillKernel, PersistentCtasLoopOverMoreTilesThanTheyAre) {
   REQUIRE_HOPPER();
-  // M = 2300, N = 3000: 9 x 24 = 216 tiles of 256 x 128 for at most 132 resident CTAs: a
-  // data-parallel CTA runs one or two tiles and its ring position carries over; stream-K runs 132
-  // tiles data-parallel and spreads the other 84 by K block. K = 192 and 64: 3 and 1 K blocks, so
-  // the ring's stage and phase at a tile's start vary. M = 300, N = 200, K = 6144: 4 tiles of 96 K
-  // blocks over 132 CTAs, so one head adds the partials of ~32 others. N = 3000: the TMA-store
-  // epilogue (bf16, f16); N = 2999 and f32: straight from the fragments.
+  // 9 x 24 = 216 tiles of 256 x 128 for at most 132 resident CTAs: each CTA runs one or two tiles,
+  // and its ring position carries over from one tile to the next. K = 192 and 64: 3 and 1 K
+  // blocks, so the ring's stage and phase at a tile's start vary from tile to tile. N = 3000:
+  // the TMA-store epilogue (bf16, f16); N = 2999: rows without 16-byte alignment; f32: both
+  // leave straight from the fragments.
   struct Shape {
-    std::int64_t m, n, k;
+    std::int64_t n, k;
     OutputType out;
   };
   std::uint64_t seed = 7800;
-  for (const Shape s : {Shape{2300, 3000, 192, OutputType::bf16}, Shape{2300, 3000, 64, OutputType::f16},
-                        Shape{2300, 2999, 192, OutputType::bf16}, Shape{2300, 3000, 192, OutputType::f32},
-                        Shape{300, 200, 6144, OutputType::bf16}, Shape{300, 200, 6144, OutputType::f32}}) {
-    const GemmProblem p = make_problem(s.m, s.n, s.k, false, s.out);
+  for (const Shape s : {Shape{3000, 192, OutputType::bf16}, Shape{3000, 64, OutputType::f16},
+                        Shape{2999, 192, OutputType::bf16}, Shape{3000, 192, OutputType::f32}}) {
+    const GemmProblem p = make_problem(2300, s.n, s.k, false, s.out);
     const GemmInputs in = make_gemm_inputs(p, ++seed, InputDistribution::exact_grid);
     const ReferenceResult ref = reference_gemm(in.a_view(), in.b_view(), in.alpha);
     for (const prefill::TileConfig& c : prefill::tile_configs()) {
       if (!c.persistent) continue;
-      for (const bool stream_k : {false, true}) {
-        const prefill::Plan plan = prefill::make_plan(p.m, p.n, p.k, c, 1, stream_k);
-        SCOPED_TRACE(repro(plan.describe() + ", " + p.label(), seed));
-        if (s.m == 2300 && !stream_k) {
-          ASSERT_LT(prefill::launch_ctas(plan), plan.ctas()) << "CTAs no longer loop";
-        }
-        DeviceGemm d = upload(in, plan);
+      const prefill::Plan plan = prefill::make_plan(p.m, p.n, p.k, c, 1);
+      SCOPED_TRACE(repro(plan.describe() + ", " + p.label(), seed));
+      ASSERT_LT(prefill::launch_ctas(plan), plan.ctas()) << "the shape no longer makes CTAs loop";
+      DeviceGemm d = upload(in, plan);
+      d.out.fill_bytes(0xFF);
+      launch(d, in, plan, nullptr);
+      CUDA_CHECK(cudaGetLastError());
+      const std::vector<float> first = read_floats(d, p);
+      const VerifyResult v = verify_gemm_output(first.data(), ref, p.k, p.out_type);
+      EXPECT_TRUE(v.passed) << v.message;
+      EXPECT_EQ(v.non_finite, 0);
+      expect_exact(first, ref, p.out_type);
+      for (int again = 0; again < 2; ++again) {
         d.out.fill_bytes(0xFF);
         launch(d, in, plan, nullptr);
-        CUDA_CHECK(cudaGetLastError());
-        const std::vector<float> first = read_floats(d, p);
-        const VerifyResult v = verify_gemm_output(first.data(), ref, p.k, p.out_type);
-        EXPECT_TRUE(v.passed) << v.message;
-        EXPECT_EQ(v.non_finite, 0);
-        expect_exact(first, ref, p.out_type);
-        if (stream_k) {
-          // Every flag is zero again: the next launch's heads must wait for fresh partials.
-          const std::vector<std::uint8_t> ws = d.workspace.download();
-          const auto flag_bytes = static_cast<std::size_t>(prefill::stream_k_flag_bytes(static_cast<int>(prefill::launch_ctas(plan))));
-          ASSERT_GE(ws.size(), flag_bytes);
-          EXPECT_EQ(std::count(ws.begin(), ws.begin() + static_cast<std::ptrdiff_t>(flag_bytes), 0), static_cast<std::ptrdiff_t>(flag_bytes))
-              << "stream-K flags left set";
-        }
-        for (int again = 0; again < 2; ++again) {
-          d.out.fill_bytes(0xFF);
-          launch(d, in, plan, nullptr);
-          const std::vector<float> next = read_floats(d, p);
-          EXPECT_EQ(std::memcmp(next.data(), first.data(), next.size() * sizeof(float)), 0) << "run " << again + 2 << " differs";
-        }
+        const std::vector<float> next = read_floats(d, p);
+        EXPECT_EQ(std::memcmp(next.data(), first.data(), next.size() * sizeof(float)), 0) << "run " << again + 2 << " differs";
       }
     }
   }
@@ -315,9 +296,8 @@ TEST(PrefillKernel, RandomDataWithSplitKMatchesTheReferenceRepeatably) {
   const ReferenceResult ref = reference_gemm(in.a_view(), in.b_view(), in.alpha);
   for (const prefill::TileConfig& c : prefill::tile_configs()) {
     for (int split : {1, 4}) {
-      // A persistent config runs unsplit; its second plan is stream-K.
-      const prefill::Plan plan = c.persistent ? prefill::make_plan(p.m, p.n, p.k, c, 1, split == 4)
-                                              : prefill::make_plan(p.m, p.n, p.k, c, split);
+      if (c.persistent && split > 1) continue;  // make_plan refuses it (host-tested)
+      const prefill::Plan plan = prefill::make_plan(p.m, p.n, p.k, c, split);
       SCOPED_TRACE(repro(plan.describe() + ", " + p.label(), seed));
       DeviceGemm d = upload(in, plan);
       d.out.fill_bytes(0xFF);
@@ -367,14 +347,12 @@ TEST(PrefillKernel, DISABLED_SweepConfigsAndSplits) {
         const prefill::Plan& plan = cand.plan;
         std::vector<CUtensorMap> maps;
         for (int i = 0; i < sets; ++i) maps.push_back(prefill::make_activation_map(acts[i].get(), m, s.k, plan.config.block_m));
-        cuda::DeviceBuffer<std::uint8_t> workspace(static_cast<std::size_t>(std::max<std::int64_t>(prefill::workspace_bytes(plan), 1)));
-        workspace.fill_bytes(0);
         prefill::prepare_launch(plan);
         const Timing t = time_launch(
             [&](int set, void* stream) {
               prefill::launch_gemm(plan, maps[static_cast<std::size_t>(set)], weights[static_cast<std::size_t>(set)].get(),
                                    out.get(), OutputType::bf16, m, s.n, static_cast<float>(in.alpha),
-                                   static_cast<cudaStream_t>(stream), workspace.get());
+                                   static_cast<cudaStream_t>(stream));
             },
             sets, gpu(), TimingOptions{});
         std::printf("  %s%-62s %5lld CTAs (%3d at once)  graph %8.2f us %6.0f TFLOP/s  event %8.2f us  model %8.2f us\n",
@@ -407,7 +385,7 @@ TEST(PrefillKernel, DISABLED_Timeline) {
     for (int warm = 0; warm < 2; ++warm) launch(d, in, plan, nullptr);
     flush.fill_bytes(0x5A);
     prefill::launch_gemm(plan, d.map, d.packed.get(), d.out.get(), p.out_type, p.m, p.n, static_cast<float>(in.alpha),
-                         nullptr, d.workspace.get(), timeline.get());
+                         nullptr, timeline.get());
     CUDA_CHECK(cudaDeviceSynchronize());
     const std::vector<std::uint64_t> t = timeline.download();
     auto field = [&](std::size_t cta, int f) { return static_cast<double>(t[cta * prefill::kTimelineFields + f]); };

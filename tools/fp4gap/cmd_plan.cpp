@@ -64,7 +64,7 @@ void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& 
       out << "  decode kernel: not supported: " << e.what() << "\n";
     }
   }
-  out << "    " << std::left << std::setw(52) << "config" << std::right << std::setw(9) << "split" << std::setw(7)
+  out << "    " << std::left << std::setw(52) << "config" << std::right << std::setw(6) << "split" << std::setw(7)
       << "CTAs" << std::setw(9) << "at once" << std::setw(7) << "waves" << std::setw(14) << "predicted us" << "\n";
   for (const prefill::PlanCandidate& p : c) {
     const bool pick = p.status.is_ok() && p.plan.describe() == chosen.describe();
@@ -73,7 +73,7 @@ void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& 
       out << "  not supported: " << p.status.reason << "\n";
       continue;
     }
-    out << std::setw(9) << (p.stream_k ? std::string("stream-k") : std::to_string(p.split_k)) << std::setw(7) << p.plan.ctas() << std::setw(9) << p.concurrent_ctas
+    out << std::setw(6) << p.split_k << std::setw(7) << p.plan.ctas() << std::setw(9) << p.concurrent_ctas
         << std::setw(7) << p.waves << std::setw(14) << std::fixed << std::setprecision(1) << p.predicted_us << "\n";
   }
 }

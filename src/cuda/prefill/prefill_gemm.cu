@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
     prefill_gemm_kernel(const __grid_constant__ CUtensorMap act_map, const std::uint8_t* __restrict__ weights,
                         void* __restrict__ out, OutputType out_type, int m, int n, int k_blocks, int split_k,
                         float alpha, std::uint64_t* __restrict__ timeline, const __grid_constant__ CUtensorMap out_map,
-                        int tma_store, int dp_tiles, unsigned* __restrict__ sk_flags, float4* __restrict__ sk_partials) {
+                        int tma_store) {
 #if FP4GAP_PREFILL_SM90A
   // Optional per-CTA timeline (kTimelineFields words per CTA, prefill_gemm.cuh), written by thread 0.
   const std::uint64_t t_start = timeline != nullptr ? ptx::global_timer() : 0;
@@ -140,21 +140,16 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
   auto empty_bar = [&](int s) { return bar_base + 8u * (STAGES + s); };
 
   // A non-persistent grid has one CTA per (tile, split): CTA = tile * split_k + split. A
-  // persistent one (split_k == 1) strides over the first dp_tiles tiles, then takes its stream-K
-  // range of the rest (prefill.hpp, StreamK). Producer and consumers each carry the ring position
-  // (stage, phase) of the next K block in registers, advanced by one per K block across all the
-  // CTA's segments, so a segment's first block can be at any stage and phase.
+  // persistent one (split_k == 1) strides over the tiles. Producer and consumers each carry the
+  // ring position (stage, phase) of the next K block in registers, advanced by one per K block
+  // across all the CTA's tiles, so a tile's first block can be at any stage and phase.
   const int split = split_k > 1 ? static_cast<int>(ptx::cluster_rank()) : 0;
   const int n_tiles = (n + kBlockN - 1) / kBlockN;
   const int tiles = ((m + BM - 1) / BM) * n_tiles;
   const KRange kr = split_k_range(k_blocks, split_k, split);
-  const StreamK sk{static_cast<std::uint32_t>(tiles - dp_tiles) * static_cast<std::uint32_t>(k_blocks), gridDim.x};
-  auto segments = [&] {
-    return make_segments(static_cast<int>(blockIdx.x), split_k, PERSISTENT ? static_cast<int>(gridDim.x) : dp_tiles,
-                         dp_tiles, sk, k_blocks);
-  };
-  // Data-parallel tiles take this CTA's split of K (all of it unless split_k > 1).
-  const int dp_kb0 = static_cast<int>(kr.begin), dp_kb1 = static_cast<int>(kr.end);
+  const int iters = static_cast<int>(kr.end - kr.begin);
+  const int first_tile = static_cast<int>(blockIdx.x) / split_k;
+  const int tile_stride = PERSISTENT ? static_cast<int>(gridDim.x) : tiles;
 
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
@@ -173,10 +168,9 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
       ptx::prefetch_tensor_map(&act_map);
       int stage = 0;            // ring position of the next K block to load
       std::uint32_t phase = 0;  // ... and the phase its stage's barriers are in
-      Segments work = segments();
-      for (int tile, kb0 = dp_kb0, kb1 = dp_kb1; work.next(tile, kb0, kb1);) {
+      for (int tile = first_tile; tile < tiles; tile += tile_stride) {
         const int nt = tile % n_tiles, mt = tile / n_tiles;
-        for (int kb = kb0; kb < kb1; ++kb) {
+        for (int kb = static_cast<int>(kr.begin); kb < static_cast<int>(kr.end); ++kb) {
           ptx::mbarrier_wait(empty_bar(stage), phase ^ 1);
           ptx::mbarrier_arrive_expect_tx(full_bar(stage), kActStageBytes + kChunkBytes);
           ptx::tma_load_2d(act_smem + stage * kActStageBytes, &act_map, full_bar(stage), kb * kBlockK, mt * BM);
@@ -271,16 +265,12 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
       phase ^= wrap ? 1u : 0u;
     };
     std::uint64_t t_first_data = 0, t_mainloop_end = 0;
-    bool first_segment = true;
-    Segments work = segments();
-    for (int tile, kb0 = dp_kb0, kb1 = dp_kb1; work.next(tile, kb0, kb1);) {
+    if (timeline != nullptr && threadIdx.x == 0) {
+      if (iters > 0 && first_tile < tiles) ptx::mbarrier_wait(full_bar(0), 0);
+      t_first_data = ptx::global_timer();
+    }
+    for (int tile = first_tile; tile < tiles; tile += tile_stride) {
       const int nt = tile % n_tiles, mt = tile / n_tiles;
-      const int iters = kb1 - kb0;
-      if (timeline != nullptr && threadIdx.x == 0 && first_segment) {
-        ptx::mbarrier_wait(full_bar(0), 0);
-        t_first_data = ptx::global_timer();
-      }
-      first_segment = false;
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
       // No condition inside the loop body: with one there, ptxas cannot see where each wgmma group
@@ -298,50 +288,6 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
       // The tile's last stage goes back too (the producer may be loading the next tile).
       if (iters > 0 && lane == 0) ptx::mbarrier_arrive(empty_bar(last));
       if (timeline != nullptr) t_mainloop_end = ptx::global_timer();
-
-      if constexpr (PERSISTENT) {
-        const int thread = warpgroup * 128 + tid;
-        if (kb0 > 0) {
-          // Stream-K, not the tile's head: this CTA's partial sum (its first segment, so its own
-          // workspace slot) goes to the head, which stores the tile.
-          float4* slot = sk_partials + static_cast<std::size_t>(blockIdx.x) * (kAcc / 4) * (kConsumerWarpgroups * 128);
-#pragma unroll
-          for (int i = 0; i < kAcc / 4; ++i) {
-            __stcg(&slot[i * (kConsumerWarpgroups * 128) + thread],
-                   make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
-          }
-          __threadfence();
-          ptx::named_barrier(1, kConsumerWarpgroups * 128);
-          if (threadIdx.x == 0) ptx::store_release_gpu(&sk_flags[blockIdx.x], 1u);
-          continue;
-        }
-        if (kb1 < k_blocks) {
-          // Stream-K head of a tile other CTAs share: add their partials in increasing CTA order
-          // (the same bits every run). They wrote them at the start of their ranges; this segment
-          // is the last of this CTA's, so the waits are short.
-          const std::uint32_t tile_unit = static_cast<std::uint32_t>(tile - dp_tiles) * static_cast<std::uint32_t>(k_blocks);
-          const std::uint32_t last_partner = sk.owner(tile_unit + static_cast<std::uint32_t>(k_blocks) - 1);
-          for (std::uint32_t c = sk.owner(tile_unit + static_cast<std::uint32_t>(kb1)); c <= last_partner; ++c) {
-            if (sk.empty(c)) continue;
-            if (threadIdx.x == 0) {
-              while (ptx::load_acquire_gpu(&sk_flags[c]) == 0u) {
-              }
-            }
-            ptx::named_barrier(1, kConsumerWarpgroups * 128);
-            const float4* slot = sk_partials + static_cast<std::size_t>(c) * (kAcc / 4) * (kConsumerWarpgroups * 128);
-#pragma unroll
-            for (int i = 0; i < kAcc / 4; ++i) {
-              const float4 v = __ldcg(&slot[i * (kConsumerWarpgroups * 128) + thread]);
-              acc[4 * i] += v.x;
-              acc[4 * i + 1] += v.y;
-              acc[4 * i + 2] += v.z;
-              acc[4 * i + 3] += v.w;
-            }
-            // Zero again for the next launch (stream-ordered after this one): no one else reads it.
-            if (threadIdx.x == 0) sk_flags[c] = 0u;
-          }
-        }
-      }
 
       if (split_k == 1 && tma_store) {
         // 16-bit output through the tensor copy engine: each warp transposes its accumulator
@@ -474,7 +420,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
 #else
   // Built without sm_90a: kernels_available() reports it before anything launches this.
   (void)weights, (void)out, (void)out_type, (void)m, (void)n, (void)k_blocks, (void)split_k, (void)alpha,
-      (void)timeline, (void)out_map, (void)tma_store, (void)dp_tiles, (void)sk_flags, (void)sk_partials;
+      (void)timeline, (void)out_map, (void)tma_store;
   __trap();
 #endif
 }
@@ -498,7 +444,7 @@ __global__ void dequantize_bf16_kernel(const std::uint8_t* __restrict__ codes, c
 }
 
 using KernelFn = void (*)(CUtensorMap, const std::uint8_t*, void*, OutputType, int, int, int, int, float,
-                          std::uint64_t*, CUtensorMap, int, int, unsigned*, float4*);
+                          std::uint64_t*, CUtensorMap, int);
 
 KernelFn kernel_for(const TileConfig& c) {
   if (c.block_m == 256 && c.stages == 6 && !c.persistent) return prefill_gemm_kernel<256, 6, false>;
@@ -609,9 +555,7 @@ void prepare_launch(const Plan& plan) { ensure_smem_attribute(plan.config); }
 
 std::int64_t launch_ctas(const Plan& plan) {
   if (!plan.config.persistent) return plan.ctas();
-  // Stream-K spreads K blocks, so it fills every resident slot even with fewer tiles than slots.
-  const std::int64_t work = plan.stream_k ? plan.ctas() * plan.k_blocks : plan.ctas();
-  return std::min<std::int64_t>(work, concurrent_ctas(plan.config, 1));
+  return std::min<std::int64_t>(plan.ctas(), concurrent_ctas(plan.config, 1));
 }
 
 namespace {
@@ -680,30 +624,11 @@ CUtensorMap make_activation_map(const void* act_bf16, std::int64_t m, std::int64
   return map;
 }
 
-std::int64_t workspace_bytes(const Plan& plan) {
-  return plan.stream_k ? stream_k_workspace_bytes(plan.config, static_cast<int>(launch_ctas(plan))) : 0;
-}
-
 void launch_gemm(const Plan& plan, const CUtensorMap& act_map, const std::uint8_t* packed, void* out,
                  OutputType out_type, std::int64_t m, std::int64_t n, float alpha, cudaStream_t stream,
-                 void* workspace, std::uint64_t* timeline) {
+                 std::uint64_t* timeline) {
   prepare_launch(plan);
   const std::int64_t ctas = launch_ctas(plan);
-  const std::int64_t tiles = plan.m_tiles * plan.n_tiles;
-  if (plan.stream_k && (workspace == nullptr || reinterpret_cast<std::uintptr_t>(workspace) % 256 != 0)) {
-    throw InvalidArgument("prefill::launch_gemm: the stream-K plan " + plan.describe() + " needs " +
-                          std::to_string(workspace_bytes(plan)) + " bytes of zeroed, 256-byte aligned workspace (got " +
-                          (workspace == nullptr ? std::string("none") : std::string("a misaligned pointer")) + ")");
-  }
-  if (plan.stream_k && !stream_k_fits(tiles, plan.k_blocks, static_cast<int>(ctas))) {
-    throw InvalidArgument("prefill::launch_gemm: " + plan.describe() + " on " + std::to_string(ctas) +
-                          " CTAs exceeds stream-K's 32-bit unit arithmetic ((units + 1) x CTAs < 2^32)");
-  }
-  const int dp_tiles = static_cast<int>(plan.stream_k ? stream_k_dp_tiles(tiles, static_cast<int>(ctas)) : tiles);
-  auto* sk_flags = static_cast<unsigned*>(workspace);
-  auto* sk_partials = plan.stream_k ? reinterpret_cast<float4*>(static_cast<std::uint8_t*>(workspace) +
-                                                                stream_k_flag_bytes(static_cast<int>(ctas)))
-                                    : nullptr;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(ctas));
   cfg.blockDim = dim3(kThreadsPerCta);
@@ -725,7 +650,7 @@ void launch_gemm(const Plan& plan, const CUtensorMap& act_map, const std::uint8_
   const CUtensorMap out_map = tma_store ? make_output_map(out, out_type, m, n, plan.config.block_m) : CUtensorMap{};
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel_for(plan.config), act_map, packed, out, out_type, static_cast<int>(m),
                                 static_cast<int>(n), static_cast<int>(plan.k_blocks), plan.split_k, kernel_alpha,
-                                timeline, out_map, tma_store ? 1 : 0, dp_tiles, sk_flags, sk_partials));
+                                timeline, out_map, tma_store ? 1 : 0));
 }
 
 void launch_dequantize_bf16(const std::uint8_t* codes, const std::uint8_t* scales, std::uint16_t* out,

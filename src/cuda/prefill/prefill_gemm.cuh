@@ -27,8 +27,7 @@ int concurrent_ctas(const TileConfig& config, int split);
 void prepare_launch(const Plan& plan);
 
 // CTAs launch_gemm launches for `plan`: plan.ctas(), or for a persistent config at most as many
-// as can be resident at once (each loops over its tiles); a stream-K plan takes them all (unless
-// there are fewer K blocks in all than that).
+// as can be resident at once (each loops over its tiles).
 std::int64_t launch_ctas(const Plan& plan);
 
 // Tensor map of a row-major [m, k] bf16 activation matrix, boxes of kBlockK x block_m with the
@@ -39,18 +38,13 @@ CUtensorMap make_activation_map(const void* act_bf16, std::int64_t m, std::int64
 // had arrived, at the end of its main loop and at the end of its epilogue, then its SM id.
 inline constexpr int kTimelineFields = 5;
 
-// Device workspace launch_gemm needs for `plan`: 0, or for a stream-K plan
-// stream_k_workspace_bytes on launch_ctas(plan) CTAs, which must be zero before its first launch
-// and 256-byte aligned (each launch leaves it zero again). One workspace serves one launch at a time.
-std::int64_t workspace_bytes(const Plan& plan);
-
 // D[m, n] = alpha * A * W^T on `stream`. `act_map` from make_activation_map(.., plan.config.block_m);
 // `packed` from pack_weights (uploaded); `out` row-major [m, n] of `out_type`. Graph-capturable.
 // `timeline`: nullptr, or launch_ctas(plan) x kTimelineFields words of device memory that thread 0 of
 // each CTA fills (a diagnostic: where a CTA's time goes; costs one wait and four timer reads).
 void launch_gemm(const Plan& plan, const CUtensorMap& act_map, const std::uint8_t* packed, void* out,
                  OutputType out_type, std::int64_t m, std::int64_t n, float alpha, cudaStream_t stream,
-                 void* workspace = nullptr, std::uint64_t* timeline = nullptr);
+                 std::uint64_t* timeline = nullptr);
 
 // Exact NVFP4 -> bf16 dequantization of a row-major [m, k] matrix with LINEAR scales (no global
 // scale): out = e2m1 * e4m3. k % 16 == 0. Graph-capturable.

@@ -168,18 +168,6 @@ __device__ __forceinline__ void bulk_wait_group_read_all() {
   asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
 }
 
-// A flag in global memory published to, and observed by, other CTAs of the grid (stream-K): the
-// release orders this thread's earlier writes (and, after a CTA barrier, its CTA's) before the
-// flag; the acquire orders the flag before the reads that follow.
-__device__ __forceinline__ void store_release_gpu(unsigned* p, unsigned v) {
-  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ unsigned load_acquire_gpu(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
 // Named barrier over `threads` threads (a multiple of 32) with id `id` (0 is __syncthreads).
 __device__ __forceinline__ void named_barrier(std::uint32_t id, std::uint32_t threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");

@@ -172,6 +172,28 @@ void launch(const DeviceGemm& d, const GemmInputs& in, const prefill::Plan& plan
                        static_cast<float>(in.alpha), stream);
 }
 
+// Runs `plan` on poisoned output `runs` times: the first run within the gamma(k) bound, finite and
+// equal to the exactly rounded reference (exact-grid inputs), every later run bitwise equal to it.
+void expect_exact_and_repeatable(const GemmInputs& in, const ReferenceResult& ref, const prefill::Plan& plan, int runs) {
+  const GemmProblem& p = in.problem;
+  DeviceGemm d = upload(in, plan);
+  d.out.fill_bytes(0xFF);
+  launch(d, in, plan, nullptr);
+  CUDA_CHECK(cudaGetLastError());
+  const std::vector<float> first = read_floats(d, p);
+  const VerifyResult v = verify_gemm_output(first.data(), ref, p.k, p.out_type);
+  EXPECT_TRUE(v.passed) << v.message;
+  EXPECT_EQ(v.non_finite, 0);
+  expect_exact(first, ref, p.out_type);
+  for (int run = 2; run <= runs; ++run) {
+    d.out.fill_bytes(0xFF);
+    launch(d, in, plan, nullptr);
+    const std::vector<float> next = read_floats(d, p);
+    ASSERT_EQ(std::memcmp(next.data(), first.data(), next.size() * sizeof(float)), 0)
+        << "run " << run << " differs bitwise from run 1";
+  }
+}
+
 TEST(PrefillKernel, EveryConfigurationAndSplitIsExactAndRepeatable) {
   REQUIRE_HOPPER();
   // 300 rows: one full and one partial activation tile of either width; 200 weight rows: a
@@ -191,22 +213,7 @@ TEST(PrefillKernel, EveryConfigurationAndSplitIsExactAndRepeatable) {
           ADD_FAILURE() << "a cluster of " << split << " CTAs of " << c.name() << " cannot run on " << gpu().name;
           continue;
         }
-        DeviceGemm d = upload(in, plan);
-        d.out.fill_bytes(0xFF);
-        launch(d, in, plan, nullptr);
-        CUDA_CHECK(cudaGetLastError());
-        const std::vector<float> first = read_floats(d, p);
-        const VerifyResult v = verify_gemm_output(first.data(), ref, p.k, p.out_type);
-        EXPECT_TRUE(v.passed) << v.message;
-        EXPECT_EQ(v.non_finite, 0);
-        expect_exact(first, ref, p.out_type);
-        for (int again = 0; again < 3; ++again) {
-          d.out.fill_bytes(0xFF);
-          launch(d, in, plan, nullptr);
-          const std::vector<float> next = read_floats(d, p);
-          ASSERT_EQ(std::memcmp(next.data(), first.data(), next.size() * sizeof(float)), 0)
-              << "run " << again + 2 << " differs bitwise from run 1";
-        }
+        expect_exact_and_repeatable(in, ref, plan, 4);
       }
     }
   }
@@ -229,19 +236,7 @@ TEST(PrefillKernel, TmaStoreEpilogueIsExactAtEveryEdge) {
       for (const prefill::TileConfig& c : prefill::tile_configs()) {
         const prefill::Plan plan = prefill::make_plan(p.m, p.n, p.k, c, 1);
         SCOPED_TRACE(repro(plan.describe() + ", " + p.label(), seed));
-        DeviceGemm d = upload(in, plan);
-        d.out.fill_bytes(0xFF);
-        launch(d, in, plan, nullptr);
-        CUDA_CHECK(cudaGetLastError());
-        const std::vector<float> first = read_floats(d, p);
-        const VerifyResult v = verify_gemm_output(first.data(), ref, p.k, p.out_type);
-        EXPECT_TRUE(v.passed) << v.message;
-        EXPECT_EQ(v.non_finite, 0);
-        expect_exact(first, ref, p.out_type);
-        d.out.fill_bytes(0xFF);
-        launch(d, in, plan, nullptr);
-        const std::vector<float> second = read_floats(d, p);
-        EXPECT_EQ(std::memcmp(second.data(), first.data(), second.size() * sizeof(float)), 0) << "two runs differ";
+        expect_exact_and_repeatable(in, ref, plan, 2);
       }
     }
   }
@@ -269,21 +264,7 @@ TEST(PrefillKernel, PersistentCtasLoopOverMoreTilesThanTheyAre) {
       const prefill::Plan plan = prefill::make_plan(p.m, p.n, p.k, c, 1);
       SCOPED_TRACE(repro(plan.describe() + ", " + p.label(), seed));
       ASSERT_LT(prefill::launch_ctas(plan), plan.ctas()) << "the shape no longer makes CTAs loop";
-      DeviceGemm d = upload(in, plan);
-      d.out.fill_bytes(0xFF);
-      launch(d, in, plan, nullptr);
-      CUDA_CHECK(cudaGetLastError());
-      const std::vector<float> first = read_floats(d, p);
-      const VerifyResult v = verify_gemm_output(first.data(), ref, p.k, p.out_type);
-      EXPECT_TRUE(v.passed) << v.message;
-      EXPECT_EQ(v.non_finite, 0);
-      expect_exact(first, ref, p.out_type);
-      for (int again = 0; again < 2; ++again) {
-        d.out.fill_bytes(0xFF);
-        launch(d, in, plan, nullptr);
-        const std::vector<float> next = read_floats(d, p);
-        EXPECT_EQ(std::memcmp(next.data(), first.data(), next.size() * sizeof(float)), 0) << "run " << again + 2 << " differs";
-      }
+      expect_exact_and_repeatable(in, ref, plan, 3);
     }
   }
 }

@@ -12,7 +12,9 @@
 // weight rows: per k16 step they dequantize, issue wgmma m64nBMk16 and keep one wgmma in flight
 // while dequantizing the next step; each consumer warp arrives on the stage's "empty" mbarrier once
 // its wgmmas reading the stage have completed. Split-K CTAs of one tile form a cluster and add their
-// fp32 partial tiles in a fixed order through distributed shared memory (deterministic).
+// fp32 partial tiles in a fixed order through distributed shared memory (deterministic). A
+// persistent instantiation runs one CTA per SM over many tiles: the producer keeps loading the next
+// tile while the consumers store this one (16-bit outputs through stmatrix + TMA store).
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -166,9 +166,9 @@ std::vector<PlanCandidate> plan_candidates(std::int64_t m, std::int64_t n, std::
       PlanCandidate cand = base;
       cand.split_k = split;
       cand.concurrent_ctas = concurrent ? concurrent(c, split) : default_concurrent_ctas(device, split);
-      if (cand.concurrent_ctas < cand.split_k) {
+      if (cand.concurrent_ctas < split) {
         std::ostringstream os;
-        os << "a cluster of " << cand.split_k << " CTAs of " << c.name() << " cannot run at once on " << device.name;
+        os << "a cluster of " << split << " CTAs of " << c.name() << " cannot run at once on " << device.name;
         cand.status = Status::not_supported(os.str());
       } else {
         cand.plan = make_plan(m, n, k, c, split);
@@ -184,7 +184,7 @@ std::vector<PlanCandidate> plan_candidates(std::int64_t m, std::int64_t n, std::
 const PlanCandidate* best_candidate(const std::vector<PlanCandidate>& candidates) {
   const PlanCandidate* best = nullptr;
   for (const PlanCandidate& c : candidates) {
-    // Strictly better only: ties keep the earlier candidate (wider tile, smaller split).
+    // Strictly better only: ties keep the earlier candidate (tile_configs() order, smaller split).
     if (c.status.is_ok() && (best == nullptr || c.predicted_us < best->predicted_us * (1.0 - 1e-9))) best = &c;
   }
   return best;

@@ -168,6 +168,16 @@ void write_datasheet_table(std::ostream& out) {
   for (const DeviceSpec& s : device_specs()) out << "  " << s.name << ": " << s.sources << "\n";
 }
 
+void add_shape_options(CLI::App& cmd, std::string& m, std::string& n, std::string& k, std::string& preset, int& tp) {
+  cmd.add_option("--m", m, "M values: list/ranges, e.g. 1,16,64 or 16:4096:x2 or 128:1024:+128");
+  cmd.add_option("--n", n, "N values (same syntax)");
+  cmd.add_option("--k", k, "K values (same syntax)");
+  cmd.add_option("--preset", preset, "named shape set (glm5: W13, W2 and the seed shape over M)")
+      ->check(CLI::IsMember({"glm5"}));
+  cmd.add_option("--tp", tp, "tensor-parallel degree splitting the preset's intermediate dimension")
+      ->check(CLI::PositiveNumber);
+}
+
 std::vector<GemmCase> shape_cases(const std::string& m, const std::string& n, const std::string& k,
                                   const std::string& preset, int tp, const GemmProblem& formats, CLI::App& cmd) {
   std::vector<GemmCase> cases;

@@ -46,6 +46,9 @@ void progress_line(const std::string& text);
 // reason), whether or not stderr is a terminal, so that a run cut short leaves its results.
 void row_line(const GemmRow& row);
 
+// Registers --m, --n, --k, --preset and --tp, the options shape_cases reads.
+void add_shape_options(CLI::App& cmd, std::string& m, std::string& n, std::string& k, std::string& preset, int& tp);
+
 // The shapes of a command's --m/--n/--k (every combination) or of --preset [--m] [--tp], with
 // the operand formats and output type of `formats`. Throws InvalidArgument naming the rule when
 // the options are combined wrongly (reads cmd.count for --n, --k, --tp).

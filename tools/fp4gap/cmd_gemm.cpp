@@ -87,17 +87,11 @@ void run_gemm(const GemmArgs& a, CLI::App& cmd) {
 void add_gemm_command(CLI::App& app) {
   auto args = std::make_shared<GemmArgs>();
   CLI::App* cmd = app.add_subcommand("gemm", "Verify, time and place on the roofline every backend for the given shapes");
-  cmd->add_option("--m", args->m, "M values: list/ranges, e.g. 1,16,64 or 16:4096:x2 or 128:1024:+128");
-  cmd->add_option("--n", args->n, "N values (same syntax)");
-  cmd->add_option("--k", args->k, "K values (same syntax)");
+  add_shape_options(*cmd, args->m, args->n, args->k, args->preset, args->tp);
   cmd->add_option("--a-format", args->a_format, "A (activation) format")->check(CLI::IsMember({"nvfp4", "bf16", "e4m3"}));
   cmd->add_option("--b-format", args->b_format, "B (weight, N x K) format")->check(CLI::IsMember({"nvfp4", "bf16", "e4m3"}));
   cmd->add_option("--out", args->out, "output type")->check(CLI::IsMember({"bf16", "fp16", "f16", "f32", "fp32"}));
   cmd->add_option("--backends", args->backends, "comma-separated backend names, or all");
-  cmd->add_option("--preset", args->preset, "named shape set (glm5: W13, W2 and the seed shape over M)")
-      ->check(CLI::IsMember({"glm5"}));
-  cmd->add_option("--tp", args->tp, "tensor-parallel degree splitting the preset's intermediate dimension")
-      ->check(CLI::PositiveNumber);
   cmd->add_option("--seed", args->seed, "input seed (same inputs for every backend)");
   cmd->add_option("--distribution", args->distribution, "input values")->check(CLI::IsMember({"random", "exact-grid"}));
   cmd->add_option("--format", args->format, "report format")->check(CLI::IsMember({"table", "csv", "json"}));

@@ -139,13 +139,7 @@ void add_plan_command(CLI::App& app) {
   auto args = std::make_shared<PlanArgs>();
   CLI::App* cmd = app.add_subcommand(
       "plan", "The prefill tile and split-K factor chosen for each shape, beside every alternative and its predicted time");
-  cmd->add_option("--m", args->m, "M values: list/ranges, e.g. 1,16,64 or 16:4096:x2");
-  cmd->add_option("--n", args->n, "N values (same syntax)");
-  cmd->add_option("--k", args->k, "K values (same syntax)");
-  cmd->add_option("--preset", args->preset, "named shape set (glm5: W13, W2 and the seed shape over M)")
-      ->check(CLI::IsMember({"glm5"}));
-  cmd->add_option("--tp", args->tp, "tensor-parallel degree splitting the preset's intermediate dimension")
-      ->check(CLI::PositiveNumber);
+  add_shape_options(*cmd, args->m, args->n, args->k, args->preset, args->tp);
   cmd->add_option("--device", args->device,
                   "plan for this datasheet GPU (e.g. 'H200 SXM'; fp4gap info lists them) instead of the CUDA device");
   cmd->callback([args, cmd] { run_plan(*args, *cmd); });

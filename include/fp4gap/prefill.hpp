@@ -25,10 +25,11 @@
 
 namespace fp4gap::prefill {
 
-inline constexpr int kBlockN = 128;  // weight rows per CTA: 2 consumer warpgroups x 64
+inline constexpr int kBlockN = 128;  // weight rows per CTA: 2 row warpgroups x 64
 inline constexpr int kBlockK = 64;   // 64 bf16 = one 128-byte swizzle row of activations
+// Consumer warpgroups that own distinct weight rows (64 each). A config with k_groups > 1 has
+// k_groups consumer warpgroups per 64 rows, each taking its share of every K block's k16 steps.
 inline constexpr int kConsumerWarpgroups = 2;
-inline constexpr int kThreadsPerCta = 128 * (kConsumerWarpgroups + 1);  // + 1 producer warpgroup
 // One packed weight chunk (kBlockN rows x kBlockK columns): codes then scales, contiguous so that
 // one bulk copy moves it.
 inline constexpr int kChunkCodeBytes = kBlockN * kBlockK / 2;            // 4096
@@ -47,15 +48,23 @@ inline constexpr int kStagedStride = kBlockN + 4;
 // One compiled kernel instantiation. The list is closed (prefill_tile_configs()): each entry is a
 // template instantiation in src/cuda/prefill/prefill_gemm.cu.
 struct TileConfig {
-  int block_m = 256;  // activation rows per CTA (the wgmma N): 64, 128 or 256
+  int block_m = 256;  // activation rows per CTA (the wgmma N): 16, 32, 64, 128 or 256
   int stages = 6;     // shared-memory pipeline depth
   // One CTA per SM loops over output tiles (unsplit only): its producer fills the ring with the
   // next tile's stages while the consumers run the epilogue of the current one, which stages the
   // 16-bit output tile in shared memory of its own (persistent_staging_bytes) instead of the ring.
   bool persistent = false;
+  // Consumer warpgroups per 64 weight rows (1 or 2), splitting each K block's 4 k16 steps among
+  // them and adding their accumulators in the CTA at the end (group 0 + group 1: deterministic).
+  // Twice the dequantizing warps per SM for the small-M tiles, whose main loop is bound by the
+  // consumers' instruction issue, not the tensor cores. Not persistent.
+  int k_groups = 1;
 
-  // e.g. "sm90a bf16 x nvfp4 m256n128k64 6 stages", "... 4 stages persistent"
+  // e.g. "sm90a bf16 x nvfp4 m256n128k64 6 stages", "... 4 stages persistent",
+  // "... m32n128k64 16 stages 2 k-groups"
   std::string name() const;
+  // Threads per CTA: the consumer warpgroups and one producer warpgroup.
+  int threads() const { return 128 * (kConsumerWarpgroups * k_groups + 1); }
   // Dynamic shared memory the kernel requests: the output staging of a persistent config, the
   // stage ring, its barriers, 1 KB of alignment slack (the 128-byte swizzle needs 1024-byte
   // aligned tiles).
@@ -63,8 +72,9 @@ struct TileConfig {
   // A persistent config's bf16/f16 output tile [block_m][kBlockN] for the TMA-store epilogue; 0
   // for the others (their epilogues reuse the ring).
   std::int64_t persistent_staging_bytes() const;
-  // Shared memory a split-K reduction needs to hold one CTA's fp32 partial tile; it reuses the
-  // stage ring, so it must fit in it.
+  // Shared memory a split-K reduction needs to hold one CTA's fp32 partial tile (the same bytes
+  // hold k-group 1's accumulators for group 0 to add); it reuses the stage ring, so it must fit in
+  // it.
   std::int64_t partial_tile_bytes() const;
   // Shared memory of the fp32 output tile staged for coalesced stores (rows padded to
   // kStagedStride floats); it reuses the stage ring too.
@@ -132,6 +142,13 @@ const PlanCandidate* best_candidate(const std::vector<PlanCandidate>& candidates
 // InvalidArgument when no configuration fits (the message names the shared memory available).
 Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, const DeviceContext& device,
                  const ConcurrentCtas& concurrent = {});
+
+// Whether the backends launch `config` as a programmatic dependent launch (sm_90): its first
+// weight stages load while the previous kernel in the stream finishes, and the next kernel may
+// start once this one's main loops are done. Measured on the H200 (PERF-LOG run 16): 1.2-1.9 us
+// faster per launch for the tiles of up to 64 activation rows at M <= 64, mixed for the m256
+// tiles (up to 4 us slower at split 4), so only the narrow tiles use it.
+constexpr bool launches_programmatically(const TileConfig& config) { return config.block_m <= 64; }
 
 // A plan for an explicit configuration and split (tests and the tuner); throws InvalidArgument
 // when split_k is outside [1, kMaxSplitK], or above 1 for a persistent config.

@@ -91,7 +91,7 @@ class PrefillRunner final : public GemmRunner {
     const CUtensorMap& map = maps_[w4a4_ ? 0 : static_cast<std::size_t>(set)];
     prefill::launch_gemm(plan_, map, packed_.get() + packed_bytes_ * static_cast<std::size_t>(set),
                          outputs_.get() + out_bytes_ * static_cast<std::size_t>(set), p_.out_type, p_.m, p_.n, alpha_,
-                         s);
+                         s, nullptr, prefill::launches_programmatically(plan_.config));
   }
 
   // 0xFF bytes are NaN in f32, bf16 and fp16.
@@ -128,6 +128,7 @@ class PrefillRunner final : public GemmRunner {
   double alpha() const override { return static_cast<double>(alpha_); }
   std::string config() const override {
     std::string c = plan_.describe();
+    if (prefill::launches_programmatically(plan_.config)) c += ", programmatic launch";
     if (w4a4_) c += "; activations dequantized to a bf16 workspace by a separate kernel each run";
     return c;
   }

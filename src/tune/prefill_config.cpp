@@ -15,6 +15,7 @@ std::string TileConfig::name() const {
   std::ostringstream os;
   os << "sm90a bf16 x nvfp4 m" << block_m << "n" << kBlockN << "k" << kBlockK << " " << stages << " stages";
   if (persistent) os << " persistent";
+  if (k_groups > 1) os << " " << k_groups << " k-groups";
   return os.str();
 }
 
@@ -52,6 +53,10 @@ const std::vector<TileConfig>& tile_configs() {
       // stages leave room for the 64 KB output staging (and measured ~7% faster than 6 stages at
       // one tile per CTA, run 13).
       {256, 4, true},
+      // Decode-sized batches: 4 consumer warpgroups (2 k-groups) double the dequantizing warps,
+      // and the narrow activation tiles keep the tensor cores and the ring small.
+      {32, 16, false, 2},  // 140,544 B
+      {16, 16, false, 2},  // 107,776 B
   };
   return configs;
 }
@@ -107,29 +112,36 @@ Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, const TileConfig&
 
 namespace {
 
-// Per-CTA time of each tile on the H200, fitted (least squares on relative error) to the sweep
-// of every configuration x split on the glm5 shapes at M = 32..4096 (PERF-LOG run 14; median
-// error 3-4.5%; the pick is the sweep's best or within 2% at 21 of 24 points, and at the other
-// three, all M = 1024-2048 where graph replays run power-limited and the persistent and the
-// 6-stage m256 kernels trade places from run to run, within 10%): a fixed part (the first stage's
-// arrival, the epilogue, the CTA's share of the launch), a split-K reduction through DSMEM, and
-// the main loop per K block. A persistent CTA pays the fixed part once per tile it runs. Only the
-// ranking matters for the choice; other GPUs scale all of them alike.
+// Per-CTA time of each tile on the H200, fitted (least squares on relative error) to sweeps of
+// every configuration x split on the glm5 shapes: a fixed part (the first stage's arrival, the
+// epilogue, the CTA's share of the launch), a split-K reduction through DSMEM, and the main loop
+// per K block. A persistent CTA pays the fixed part once per tile it runs. The m128 / m256 entries
+// come from the run-14 sweep at M = 32..4096 (median error 3-4.5%; the pick is the sweep's best or
+// within 2% at 21 of 24 points, the other three at M = 1024-2048 where graph replays run
+// power-limited and the two m256 kernels trade places from run to run, within 10%). The narrow
+// tiles (block_m <= 64) from the run-16 sweep at M = 1..128, timed as the backends launch them
+// (programmatic, launches_programmatically): median error 2.4-3.2%. Only the ranking matters for
+// the choice; other GPUs scale all of them alike.
 struct TileCost {
   int block_m;
   bool persistent;
+  int k_groups;
   double fixed_us, split_us, per_k_block_us;
 };
 constexpr TileCost kTileCosts[] = {
-    {256, false, 2.97, 5.94, 0.638},  // main loop at ~92% of the bf16 tensor rate
-    {128, false, 2.92, 2.73, 0.410},  // ~77%
-    {64, false, 2.59, 1.84, 0.306},   // ~51%
-    {256, true, 3.83, 0.0, 0.613},    // unsplit only
+    {256, false, 1, 2.97, 5.94, 0.638},  // main loop at ~92% of the bf16 tensor rate
+    {128, false, 1, 2.92, 2.73, 0.410},  // ~77%
+    {64, false, 1, 3.38, 1.25, 0.311},   // ~51%
+    {256, true, 1, 3.83, 0.0, 0.613},    // unsplit only
+    // ~0.28-0.29 us per K block whatever the tile's width and consumer warps: 8 wgmma per K
+    // block at ~70 cycles each (docs/KERNELS-prefill.md, "Narrow tiles").
+    {32, false, 2, 3.28, 0.74, 0.291},
+    {16, false, 2, 3.01, 0.71, 0.282},
 };
 
 const TileCost& tile_cost(const TileConfig& config) {
   for (const TileCost& c : kTileCosts) {
-    if (c.block_m == config.block_m && c.persistent == config.persistent) return c;
+    if (c.block_m == config.block_m && c.persistent == config.persistent && c.k_groups == config.k_groups) return c;
   }
   throw InvalidArgument("no prefill cost entry for " + config.name());
 }

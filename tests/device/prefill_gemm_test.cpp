@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -298,15 +299,19 @@ TEST(PrefillKernel, RandomDataWithSplitKMatchesTheReferenceRepeatably) {
 
 // Tuning data, not a test of speed: every configuration x split-K factor on the shapes,
 // graph-timed with cold weights and activations (rotating input sets), beside the policy's pick
-// and the number of CTAs the occupancy API lets run at once. Run by hand on the GPU:
+// and the number of CTAs the occupancy API lets run at once. Run by hand on the GPU
+// (FP4GAP_SWEEP_MAX_M=64 bounds the rows, e.g. to sweep the decode sizes only):
 //   fp4gap_device_tests --gtest_also_run_disabled_tests --gtest_filter='PrefillKernel.DISABLED_Sweep*'
 TEST(PrefillKernel, DISABLED_SweepConfigsAndSplits) {
   REQUIRE_HOPPER();
   struct Nk {
     std::int64_t n, k;
   };
+  const char* max_m_env = std::getenv("FP4GAP_SWEEP_MAX_M");
+  const std::int64_t max_m = max_m_env != nullptr ? std::atoll(max_m_env) : 4096;
   for (const Nk s : {Nk{2048, 6144}, Nk{4096, 6144}, Nk{6144, 2048}}) {
-    for (std::int64_t m : {4096, 2048, 1024, 512, 256, 128, 64, 32}) {
+    for (std::int64_t m : {4096, 2048, 1024, 512, 256, 128, 64, 32, 16, 1}) {
+      if (m > max_m) continue;
       const GemmProblem p = make_problem(m, s.n, s.k, false, OutputType::bf16);
       const GemmInputs in = make_gemm_inputs(p, 1, InputDistribution::random);
       const std::vector<std::uint8_t> packed = prefill::pack_weights(in.b_fp4).bytes;
@@ -322,24 +327,30 @@ TEST(PrefillKernel, DISABLED_SweepConfigsAndSplits) {
       const prefill::Plan chosen = prefill::choose_plan(m, s.n, s.k, gpu(), prefill::concurrent_ctas);
       const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(s.n) * static_cast<double>(s.k);
       std::printf("\n%s: %d input sets; policy: %s\n", p.label().c_str(), sets, chosen.describe().c_str());
-      // Splits 5 and 7 left out to bound the run.
+      // Splits 5 and 7 left out above M = 64 to bound the run.
       for (const prefill::PlanCandidate& cand : prefill::plan_candidates(m, s.n, s.k, gpu(), prefill::concurrent_ctas)) {
-        if (!cand.status.is_ok() || cand.split_k == 5 || cand.split_k == 7) continue;
+        if (!cand.status.is_ok() || (m > 64 && (cand.split_k == 5 || cand.split_k == 7))) continue;
         const prefill::Plan& plan = cand.plan;
         std::vector<CUtensorMap> maps;
         for (int i = 0; i < sets; ++i) maps.push_back(prefill::make_activation_map(acts[i].get(), m, s.k, plan.config.block_m));
         prefill::prepare_launch(plan);
-        const Timing t = time_launch(
-            [&](int set, void* stream) {
-              prefill::launch_gemm(plan, maps[static_cast<std::size_t>(set)], weights[static_cast<std::size_t>(set)].get(),
-                                   out.get(), OutputType::bf16, m, s.n, static_cast<float>(in.alpha),
-                                   static_cast<cudaStream_t>(stream));
-            },
-            sets, gpu(), TimingOptions{});
-        std::printf("  %s%-62s %5lld CTAs (%3d at once)  graph %8.2f us %6.0f TFLOP/s  event %8.2f us  model %8.2f us\n",
+        auto timed = [&](bool programmatic) {
+          return time_launch(
+              [&](int set, void* stream) {
+                prefill::launch_gemm(plan, maps[static_cast<std::size_t>(set)],
+                                     weights[static_cast<std::size_t>(set)].get(), out.get(), OutputType::bf16, m, s.n,
+                                     static_cast<float>(in.alpha), static_cast<cudaStream_t>(stream), nullptr,
+                                     programmatic);
+              },
+              sets, gpu(), TimingOptions{});
+        };
+        const Timing t = timed(false);
+        const Timing t_pdl = timed(true);
+        std::printf("  %s%-62s %5lld CTAs (%3d at once)  graph %8.2f us %6.0f TFLOP/s  event %8.2f us  model %8.2f us"
+                    "  graph with programmatic launches %8.2f us\n",
                     plan.describe() == chosen.describe() ? "* " : "  ", plan.describe().c_str(),
                     static_cast<long long>(prefill::launch_ctas(plan)), cand.concurrent_ctas, t.graph.median_us,
-                    flops / t.graph.median_us * 1e-6, t.event.median_us, cand.predicted_us);
+                    flops / t.graph.median_us * 1e-6, t.event.median_us, cand.predicted_us, t_pdl.graph.median_us);
       }
     }
   }
@@ -356,7 +367,8 @@ TEST(PrefillKernel, DISABLED_Timeline) {
   };
   cuda::DeviceBuffer<std::uint8_t> flush(static_cast<std::size_t>(2 * gpu().l2_bytes));
   for (const Shape s : {Shape{4096, 6144, 2048}, Shape{4096, 4096, 6144}, Shape{1024, 4096, 6144},
-                        Shape{512, 2048, 6144}, Shape{64, 4096, 6144}}) {
+                        Shape{512, 2048, 6144}, Shape{64, 4096, 6144}, Shape{64, 2048, 6144},
+                        Shape{32, 2048, 6144}, Shape{32, 6144, 2048}}) {
     const GemmProblem p = make_problem(s.m, s.n, s.k, false, OutputType::bf16);
     const GemmInputs in = make_gemm_inputs(p, 1, InputDistribution::random);
     const prefill::Plan plan = prefill::choose_plan(s.m, s.n, s.k, gpu(), prefill::concurrent_ctas);

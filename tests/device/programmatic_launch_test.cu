@@ -1,4 +1,5 @@
-// Decode GEMMs launched as programmatic dependents (GemmArgs::programmatic_launch) of a kernel
+// Decode and prefill GEMMs launched as programmatic dependents (GemmArgs::programmatic_launch,
+// prefill::launch_gemm(.., programmatic)) of a kernel
 // that lets them start at once and only then, after a delay, writes their activations and poisons
 // their output. A GEMM that read A or wrote D before the previous kernel completed gets zeros or
 // NaN. A probe launched the same way first shows that dependents do start early on this device
@@ -14,7 +15,9 @@
 #include <vector>
 
 #include "cuda/common.cuh"
+#include "cuda/prefill/prefill_gemm.cuh"
 #include "fp4gap/decode.hpp"
+#include "fp4gap/prefill.hpp"
 #include "fp4gap/quantize.hpp"
 #include "fp4gap/reference.hpp"
 #include "fp4gap/verify.hpp"
@@ -58,38 +61,40 @@ void launch_producer(const std::uint8_t* src, std::uint8_t* dst, std::int64_t by
   CUDA_CHECK_LAUNCH();
 }
 
+// The probe: a dependent starts before the producer finished. Each kernel runs once before: a
+// kernel's first launch loads its module (lazy loading), which serializes it.
+void expect_dependents_start_early(cuda::Stream& stream, cuda::DeviceBuffer<std::uint64_t>& times) {
+  cuda::DeviceBuffer<std::uint8_t> scratch(256);
+  start_probe_kernel<<<1, 1, 0, stream.get()>>>(times.get() + 1);
+  CUDA_CHECK_LAUNCH();
+  launch_producer(scratch.get(), scratch.get(), 0, scratch.get(), 0, times.get(), stream.get());
+  stream.synchronize();
+  times.fill_bytes(0);
+  launch_producer(scratch.get(), scratch.get(), 0, scratch.get(), 0, times.get(), stream.get());
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(1);
+  cfg.blockDim = dim3(1);
+  cfg.stream = stream.get();
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, start_probe_kernel, times.get() + 1));
+  stream.synchronize();
+  const std::vector<std::uint64_t> t = times.download();
+  ASSERT_LT(t[1], t[0]) << "the dependent probe started " << (t[1] - t[0]) << " ns after the producer finished: "
+                        << "programmatic launches do not overlap here, so this test cannot check the GEMMs";
+}
+
 TEST(DecodeGemm, ProgrammaticLaunchWaitsForThePreviousKernel) {
   REQUIRE_GPU();
   if (test::gpu().cc_major < 9) GTEST_SKIP() << "programmatic dependent launch needs sm_90+";
   cuda::Stream stream;
   cuda::DeviceBuffer<std::uint64_t> times(2);
   times.fill_bytes(0);
-
-  // The probe: started before the producer finished. Each kernel runs once before: a kernel's
-  // first launch loads its module (lazy loading), which serializes it.
-  {
-    cuda::DeviceBuffer<std::uint8_t> scratch(256);
-    start_probe_kernel<<<1, 1, 0, stream.get()>>>(times.get() + 1);
-    CUDA_CHECK_LAUNCH();
-    launch_producer(scratch.get(), scratch.get(), 0, scratch.get(), 0, times.get(), stream.get());
-    stream.synchronize();
-    times.fill_bytes(0);
-    launch_producer(scratch.get(), scratch.get(), 0, scratch.get(), 0, times.get(), stream.get());
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(1);
-    cfg.blockDim = dim3(1);
-    cfg.stream = stream.get();
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, start_probe_kernel, times.get() + 1));
-    stream.synchronize();
-    const std::vector<std::uint64_t> t = times.download();
-    ASSERT_LT(t[1], t[0]) << "the dependent probe started " << (t[1] - t[0]) << " ns after the producer finished: "
-                          << "programmatic launches do not overlap here, so this test cannot check the GEMMs";
-  }
+  expect_dependents_start_early(stream, times);
+  if (HasFatalFailure()) return;
 
   const std::uint64_t seed = 4242;
   struct Shape {
@@ -143,6 +148,60 @@ TEST(DecodeGemm, ProgrammaticLaunchWaitsForThePreviousKernel) {
       std::ostringstream what;
       what << "m" << s.m << " n" << s.n << " k" << s.k << " " << plan.describe();
       ASSERT_TRUE(v.passed) << v.message << " for " << repro(what.str(), seed);
+    }
+  }
+}
+
+// The prefill kernels under a programmatic launch: their producer requests the first weight stages
+// before it waits for the previous kernel, then the activations; D is written only after every
+// stage has arrived. Every narrow-tile config (the backends launch those programmatically), with
+// and without split-K (the cluster reduction), and an m128 plan.
+TEST(PrefillKernel, ProgrammaticLaunchWaitsForThePreviousKernel) {
+  REQUIRE_GPU();
+  const Status avail = prefill::kernels_available();
+  if (!avail.is_ok()) GTEST_SKIP() << avail.reason;
+  cuda::Stream stream;
+  cuda::DeviceBuffer<std::uint64_t> times(2);
+  times.fill_bytes(0);
+  expect_dependents_start_early(stream, times);
+  if (HasFatalFailure()) return;
+
+  const std::uint64_t seed = 4343;
+  struct Shape {
+    std::int64_t m, n, k;
+  };
+  for (const Shape s : {Shape{1, 2048, 6144}, Shape{16, 1024, 4096}, Shape{40, 520, 2048}}) {
+    const GemmProblem problem{s.m, s.n, s.k, OperandFormat::bf16, OperandFormat::nvfp4, OutputType::f32};
+    const GemmInputs in = make_gemm_inputs(problem, seed, InputDistribution::random);
+    const ReferenceResult ref = reference_gemm(in.a_view(), in.b_view(), in.alpha);
+    cuda::DeviceBuffer<std::uint8_t> a_staged(in.a_bf16.size() * 2), a(in.a_bf16.size() * 2);
+    a_staged.upload(reinterpret_cast<const std::uint8_t*>(in.a_bf16.data()), a_staged.size());
+    cuda::DeviceBuffer<std::uint8_t> packed(prefill::pack_weights(in.b_fp4).bytes);
+    cuda::DeviceBuffer<float> d(static_cast<std::size_t>(s.m * s.n));
+    for (const prefill::TileConfig& c : prefill::tile_configs()) {
+      if (c.block_m > 128 || c.persistent) continue;
+      for (int split : {1, 3}) {
+        const prefill::Plan plan = prefill::make_plan(s.m, s.n, s.k, c, split);
+        const CUtensorMap map = prefill::make_activation_map(a.get(), s.m, s.k, c.block_m);
+        auto run = [&] {
+          prefill::launch_gemm(plan, map, packed.get(), d.get(), OutputType::f32, s.m, s.n,
+                               static_cast<float>(in.alpha), stream.get(), nullptr, true);
+        };
+        run();  // loads the kernel's module (see the probe)
+        stream.synchronize();
+        a.fill_bytes(0);
+        d.fill_bytes(0);
+        launch_producer(a_staged.get(), a.get(), static_cast<std::int64_t>(a.bytes()),
+                        reinterpret_cast<std::uint8_t*>(d.get()), static_cast<std::int64_t>(d.bytes()), times.get(),
+                        stream.get());
+        run();
+        stream.synchronize();
+        const std::vector<float> got = d.download();
+        const VerifyResult v = verify_gemm_output(got.data(), ref, s.k, OutputType::f32);
+        std::ostringstream what;
+        what << "m" << s.m << " n" << s.n << " k" << s.k << " " << plan.describe() << ", programmatic";
+        ASSERT_TRUE(v.passed) << v.message << " for " << repro(what.str(), seed);
+      }
     }
   }
 }

@@ -18,11 +18,20 @@ using test::h200_context;
 
 TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
   const std::vector<TileConfig>& configs = tile_configs();
-  ASSERT_EQ(configs.size(), 4u);
+  ASSERT_EQ(configs.size(), 6u);
   EXPECT_EQ(configs[0].name(), "sm90a bf16 x nvfp4 m256n128k64 6 stages");
   EXPECT_EQ(configs[1].name(), "sm90a bf16 x nvfp4 m128n128k64 8 stages");
   EXPECT_EQ(configs[2].name(), "sm90a bf16 x nvfp4 m64n128k64 12 stages");
   EXPECT_EQ(configs[3].name(), "sm90a bf16 x nvfp4 m256n128k64 4 stages persistent");
+  EXPECT_EQ(configs[4].name(), "sm90a bf16 x nvfp4 m32n128k64 16 stages 2 k-groups");
+  EXPECT_EQ(configs[5].name(), "sm90a bf16 x nvfp4 m16n128k64 16 stages 2 k-groups");
+  // Two consumer warpgroups per k-group and one producer warpgroup.
+  EXPECT_EQ(configs[0].threads(), 384);
+  EXPECT_EQ(configs[4].threads(), 640);
+  EXPECT_EQ(configs[4].smem_bytes(), 16 * (32 * 128 + 4608) + 256 + 1024);
+  EXPECT_EQ(configs[5].smem_bytes(), 16 * (16 * 128 + 4608) + 256 + 1024);
+  // k-group 1's accumulators for group 0 to add take the partial tile's bytes: 256 x 8 floats.
+  EXPECT_EQ(configs[5].partial_tile_bytes(), 256 * 8 * 4);
   // stages x (activation tile block_m x 64 x 2 B + weight chunk 4096 + 512 B) + 2 x stages
   // mbarriers of 8 B + 1 KB alignment slack.
   EXPECT_EQ(configs[0].smem_bytes(), 6 * (256 * 128 + 4608) + 96 + 1024);
@@ -114,12 +123,14 @@ TEST(PrefillPolicy, FewTilesAreSplitAlongKIntoOneWave) {
 }
 
 TEST(PrefillPolicy, SmallMUsesTheNarrowTiles) {
-  for (const std::int64_t m : {1, 32, 64}) {
+  for (const auto& [m, block_m] : {std::tuple{1, 16}, std::tuple{16, 16}, std::tuple{32, 32}, std::tuple{64, 64}}) {
     const Plan p = choose_plan(m, 4096, 6144, h200_context());
-    EXPECT_EQ(p.config.block_m, 64) << "M = " << m << ": " << p.describe();
+    EXPECT_EQ(p.config.block_m, block_m) << "M = " << m << ": " << p.describe();
+    EXPECT_TRUE(launches_programmatically(p.config)) << p.describe();
   }
   const Plan q = choose_plan(128, 4096, 4096, h200_context());
   EXPECT_EQ(q.config.block_m, 128) << q.describe();
+  EXPECT_FALSE(launches_programmatically(q.config)) << q.describe();
 }
 
 TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
@@ -139,7 +150,8 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
     int block_m, split;
     bool persistent;
   };
-  // The sweep's fastest plan at each point (run 14, graph us, cold inputs).
+  // The sweep's fastest plan at each point (run 14, graph us, cold inputs; M <= 64: run 16, the
+  // narrow tiles launched programmatically as the backends do).
   for (const Case c : {Case{256, 6144, 2048, 128, 1, false},    // 16.62 us
                        Case{256, 4096, 6144, 128, 2, false},    // 25.30
                        Case{128, 2048, 6144, 128, 6, false},    // 13.25
@@ -149,8 +161,15 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
                        Case{1024, 4096, 6144, 256, 1, true},    // 66.28
                        Case{4096, 4096, 6144, 256, 1, true},    // 301.61
                        Case{4096, 6144, 2048, 256, 1, false},   // 142.65
-                       Case{64, 4096, 6144, 64, 3, false},      // 15.33
-                       Case{64, 2048, 6144, 64, 6, false}}) {   // 10.68
+                       Case{64, 4096, 6144, 64, 3, false},      // 15.16
+                       Case{64, 2048, 6144, 64, 6, false},      // 10.53
+                       Case{64, 6144, 2048, 64, 2, false},      // 9.58
+                       Case{32, 4096, 6144, 32, 3, false},      // 13.65
+                       Case{32, 6144, 2048, 32, 2, false},      // 8.68
+                       Case{32, 2048, 6144, 32, 6, false},      // 9.38
+                       Case{16, 4096, 6144, 16, 3, false},      // 12.87
+                       Case{16, 6144, 2048, 16, 2, false},      // 8.42
+                       Case{16, 2048, 6144, 16, 6, false}}) {   // 8.90
     const Plan p = choose_plan(c.m, c.n, c.k, h200_context(), h200);
     EXPECT_EQ(p.config.block_m, c.block_m) << c.m << "x" << c.n << "x" << c.k << ": " << p.describe();
     EXPECT_EQ(p.split_k, c.split) << c.m << "x" << c.n << "x" << c.k << ": " << p.describe();
@@ -159,36 +178,39 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
 }
 
 TEST(PrefillPolicy, CandidatesCoverEveryPlanAndSayWhyOthersCannotRun) {
-  // 160,000 bytes per block: only the m64 tile (154,816) fits; clusters of 3 cannot run at all.
+  // 145,000 bytes per block: only the m32 (140,544) and m16 (107,776) tiles fit; clusters of 3
+  // cannot run at all.
   DeviceContext small = h200_context();
-  small.smem_per_block_optin = 160000;
+  small.smem_per_block_optin = 145000;
   const ConcurrentCtas no_threes = [](const TileConfig&, int split) { return split == 3 ? 0 : 132 / split * split; };
   const std::vector<PlanCandidate> c = plan_candidates(512, 2048, 6144, small, no_threes);
-  // In tile_configs() order: m256 and m128 unfit, m64 x splits 1..8, the persistent m256 unfit.
-  ASSERT_EQ(c.size(), 3u + kMaxSplitK);
-  for (const std::size_t i : {std::size_t{0}, std::size_t{1}, c.size() - 1}) {
+  // In tile_configs() order: m256, m128, m64 and the persistent m256 unfit, then m32 and m16 x
+  // splits 1..8.
+  ASSERT_EQ(c.size(), 4u + 2 * kMaxSplitK);
+  for (std::size_t i = 0; i < 4; ++i) {
     EXPECT_EQ(c[i].status.code, StatusCode::not_supported) << c[i].config.name();
     EXPECT_NE(c[i].status.reason.find(std::to_string(c[i].config.smem_bytes())), std::string::npos) << c[i].status.reason;
-    EXPECT_NE(c[i].status.reason.find("160000"), std::string::npos) << c[i].status.reason;
+    EXPECT_NE(c[i].status.reason.find("145000"), std::string::npos) << c[i].status.reason;
   }
   const PlanCandidate* best = nullptr;
-  for (std::size_t i = 2; i + 1 < c.size(); ++i) {
-    EXPECT_EQ(c[i].config.block_m, 64);
-    EXPECT_EQ(c[i].split_k, static_cast<int>(i) - 1);
+  for (std::size_t i = 4; i < c.size(); ++i) {
+    const int block_m = i < 4 + kMaxSplitK ? 32 : 16;
+    EXPECT_EQ(c[i].config.block_m, block_m);
+    EXPECT_EQ(c[i].split_k, static_cast<int>((i - 4) % kMaxSplitK) + 1);
     if (c[i].split_k == 3) {
       EXPECT_EQ(c[i].status.code, StatusCode::not_supported);
       EXPECT_NE(c[i].status.reason.find("a cluster of 3 CTAs"), std::string::npos) << c[i].status.reason;
       continue;
     }
     ASSERT_TRUE(c[i].status.is_ok()) << c[i].status.reason;
-    EXPECT_EQ(c[i].plan.ctas(), 8 * 16 * c[i].split_k);  // 8 m-tiles of 64 x 16 n-tiles of 128
+    EXPECT_EQ(c[i].plan.ctas(), 512 / block_m * 16 * c[i].split_k);  // m-tiles x 16 n-tiles of 128
     EXPECT_EQ(c[i].waves, (c[i].plan.ctas() + c[i].concurrent_ctas - 1) / c[i].concurrent_ctas);
     EXPECT_GT(c[i].predicted_us, 0.0);
     if (best == nullptr || c[i].predicted_us < best->predicted_us) best = &c[i];
   }
   ASSERT_NE(best, nullptr);
   const Plan chosen = choose_plan(512, 2048, 6144, small, no_threes);
-  EXPECT_EQ(chosen.config.block_m, 64);
+  EXPECT_EQ(chosen.config.block_m, best->config.block_m);
   EXPECT_EQ(chosen.split_k, best->split_k);
 }
 

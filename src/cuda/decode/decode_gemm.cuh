@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "cuda/grid_dependency.cuh"
 #include "fp4gap/decode.hpp"
 
 namespace fp4gap::decode::device {
@@ -80,22 +81,6 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-// Programmatic dependent launch (GemmArgs::programmatic_launch; PTX griddepcontrol, sm_90+). Both
-// return at once when the launch was not programmatic. allow_dependent_launch: the next kernel in
-// the stream may start (its blocks wait in wait_for_previous_grid until this grid has completed
-// and its writes are visible). The kernels allow it after their main loop: allowed at their
-// start, each launch let the next start at once and that one the one after it, three grids
-// resident and two prefetching (PERF-LOG run 8: up to 1.3x slower at N = 4096, K = 6144).
-__device__ __forceinline__ void allow_dependent_launch() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wait_for_previous_grid() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 template <Math M>
@@ -464,7 +449,7 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_gemm_kernel(con
   WeightRegs<MT, G> regs[2];
   typename T::ActRegs act_regs;
   tile.load_weights(regs[0], range.begin);  // the weight is not written by the previous kernel
-  wait_for_previous_grid();
+  cuda::wait_for_previous_grid();
   if constexpr (M == Math::w4a16) {
     tile.copy_activations(range.begin, 0);
     cp_async_commit();
@@ -496,7 +481,7 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_gemm_kernel(con
     step(c, regs[0], regs[1], 0);
     if (c + 1 < range.end) step(c + 1, regs[1], regs[0], 1);
   }
-  allow_dependent_launch();
+  cuda::allow_dependent_launch();
 
   tile.finish(acc, reinterpret_cast<int*>(smem + T::kFlagOffset));
 }
@@ -615,7 +600,7 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_stream_kernel(c
       }
     }
   }
-  wait_for_previous_grid();
+  cuda::wait_for_previous_grid();
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) issue(s, s);
   int slot = 0;
@@ -639,7 +624,7 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_stream_kernel(c
     }
     slot = slot + 1 == S ? 0 : slot + 1;
   }
-  allow_dependent_launch();
+  cuda::allow_dependent_launch();
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll

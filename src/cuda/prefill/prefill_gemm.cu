@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "cuda/common.cuh"
+#include "cuda/grid_dependency.cuh"
 #include "cuda/prefill/prefill_gemm.cuh"
 #include "cuda/prefill/prefill_ptx.cuh"
 #include "fp4gap/cuda_api.hpp"
@@ -45,6 +46,18 @@ constexpr int kConsumerRegisters = 232;  // 2 x 128 x 232 + 128 x 40 <= 65536
 
 template <int BM>
 struct Wgmma;
+template <>
+struct Wgmma<16> {
+  static __device__ __forceinline__ void mma(float (&d)[8], const std::uint32_t (&a)[4], std::uint64_t desc) {
+    ptx::wgmma_m64n16k16_rs(d, a, desc);
+  }
+};
+template <>
+struct Wgmma<32> {
+  static __device__ __forceinline__ void mma(float (&d)[16], const std::uint32_t (&a)[4], std::uint64_t desc) {
+    ptx::wgmma_m64n32k16_rs(d, a, desc);
+  }
+};
 template <>
 struct Wgmma<64> {
   static __device__ __forceinline__ void mma(float (&d)[32], const std::uint32_t (&a)[4], std::uint64_t desc) {
@@ -116,17 +129,20 @@ __device__ __forceinline__ void store_staged_tile(const float* staged, void* out
 
 #endif  // FP4GAP_PREFILL_SM90A
 
-template <int BM, int STAGES, bool PERSISTENT>
-__global__ void __launch_bounds__(kThreadsPerCta, 1)
+template <int BM, int STAGES, bool PERSISTENT, int KGROUPS>
+__global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
     prefill_gemm_kernel(const __grid_constant__ CUtensorMap act_map, const std::uint8_t* __restrict__ weights,
                         void* __restrict__ out, OutputType out_type, int m, int n, int k_blocks, int split_k,
                         float alpha, std::uint64_t* __restrict__ timeline, const __grid_constant__ CUtensorMap out_map,
-                        int tma_store) {
+                        int tma_store, int programmatic) {
 #if FP4GAP_PREFILL_SM90A
   // Optional per-CTA timeline (kTimelineFields words per CTA, prefill_gemm.cuh), written by thread 0.
   const std::uint64_t t_start = timeline != nullptr ? ptx::global_timer() : 0;
   constexpr int kActStageBytes = BM * kBlockK * 2;
   constexpr int kAcc = BM / 2;  // fp32 accumulators per consumer thread (m64 x BM / 128 threads)
+  static_assert(KGROUPS == 1 || (KGROUPS == 2 && !PERSISTENT), "k-groups add up in the ring after the main loop");
+  constexpr int kSteps = 4 / KGROUPS;  // k16 steps of a K block per consumer warpgroup
+  constexpr int kConsumerThreads = kConsumerWarpgroups * KGROUPS * 128;
   // A persistent CTA's output staging comes first and is its own: the ring keeps filling with the
   // next tile while the epilogue runs. The others stage in the (then idle) ring.
   constexpr std::uint32_t kStagingBytes = PERSISTENT ? BM * kBlockN * 2 : 0;
@@ -153,31 +169,51 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
   const int first_tile = static_cast<int>(blockIdx.x) / split_k;
   const int tile_stride = PERSISTENT ? static_cast<int>(gridDim.x) : tiles;
 
-  const int warpgroup = threadIdx.x / 128;
+  int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       ptx::mbarrier_init(full_bar(s), 1);                             // the producer's arrive + bytes
-      ptx::mbarrier_init(empty_bar(s), kConsumerWarpgroups * 4);      // one arrive per consumer warp
+      ptx::mbarrier_init(empty_bar(s), kConsumerThreads / 32);         // one arrive per consumer warp
     }
     ptx::fence_barrier_init();
   }
   __syncthreads();
 
-  if (warpgroup == kConsumerWarpgroups) {
+  if (warpgroup == kConsumerWarpgroups * KGROUPS) {
     // ---- producer ----
-    ptx::release_registers<kProducerRegisters>();
-    if (threadIdx.x == kConsumerWarpgroups * 128) {
+    // With 2 k-groups every thread keeps the launch's budget (65536 / 640 threads: 96 registers,
+    // which ptxas compiles the whole kernel to), enough for the consumers of the small tiles.
+    if constexpr (KGROUPS == 1) ptx::release_registers<kProducerRegisters>();
+    if (threadIdx.x == kConsumerThreads) {
       ptx::prefetch_tensor_map(&act_map);
+      // The weight is not written by the previous kernel: under a programmatic launch the first
+      // tile's first stages of weight chunks are requested before waiting for that kernel to
+      // complete (it may still run), the activations after. The ring starts empty, so these
+      // stages need no wait. Otherwise each stage's activations go first with its weights: all
+      // weights first would queue the first stage's activations behind them (measured +1.5 us to
+      // the first stage at decode sizes).
+      const int prefetched = programmatic && first_tile < tiles ? (iters < STAGES ? iters : STAGES) : 0;
+      for (int s = 0; s < prefetched; ++s) {
+        ptx::mbarrier_arrive_expect_tx(full_bar(s), kActStageBytes + kChunkBytes);
+        ptx::bulk_load(base + wgt_offset + s * kChunkBytes,
+                       weights + chunk_offset(first_tile % n_tiles, kr.begin + s, k_blocks), kChunkBytes, full_bar(s));
+      }
+      cuda::wait_for_previous_grid();
       int stage = 0;            // ring position of the next K block to load
       std::uint32_t phase = 0;  // ... and the phase its stage's barriers are in
+      int loaded = 0;           // K blocks loaded so far
       for (int tile = first_tile; tile < tiles; tile += tile_stride) {
         const int nt = tile % n_tiles, mt = tile / n_tiles;
-        for (int kb = static_cast<int>(kr.begin); kb < static_cast<int>(kr.end); ++kb) {
-          ptx::mbarrier_wait(empty_bar(stage), phase ^ 1);
-          ptx::mbarrier_arrive_expect_tx(full_bar(stage), kActStageBytes + kChunkBytes);
+        for (int kb = static_cast<int>(kr.begin); kb < static_cast<int>(kr.end); ++kb, ++loaded) {
+          if (loaded >= prefetched) {
+            ptx::mbarrier_wait(empty_bar(stage), phase ^ 1);
+            ptx::mbarrier_arrive_expect_tx(full_bar(stage), kActStageBytes + kChunkBytes);
+          }
           ptx::tma_load_2d(act_smem + stage * kActStageBytes, &act_map, full_bar(stage), kb * kBlockK, mt * BM);
-          ptx::bulk_load(base + wgt_offset + stage * kChunkBytes, weights + chunk_offset(nt, kb, k_blocks),
-                         kChunkBytes, full_bar(stage));
+          if (loaded >= prefetched) {
+            ptx::bulk_load(base + wgt_offset + stage * kChunkBytes, weights + chunk_offset(nt, kb, k_blocks),
+                           kChunkBytes, full_bar(stage));
+          }
           const bool wrap = stage == STAGES - 1;
           stage = wrap ? 0 : stage + 1;
           phase ^= wrap ? 1u : 0u;
@@ -191,21 +227,26 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
     }
   } else {
     // ---- consumers ----
-    ptx::claim_registers<kConsumerRegisters>();
+    if constexpr (KGROUPS == 1) ptx::claim_registers<kConsumerRegisters>();
     const int tid = threadIdx.x % 128;
     const int warp = tid / 32, lane = tid % 32;
     const int g = lane / 4, t = lane % 4;
+    // Warpgroup w owns weight rows 64 (w % 2) .. + 63 and k16 steps kSteps (w / 2) .. + kSteps - 1
+    // of every K block. From here on `warpgroup` is the row warpgroup.
+    const int kgroup = warpgroup / kConsumerWarpgroups;
+    const int first_step = kgroup * kSteps;
+    warpgroup %= kConsumerWarpgroups;
     const int frag_row = 64 * warpgroup + 16 * warp + g;  // this thread's first weight row in the tile
 
     float acc[kAcc];
     // Fragments of two K blocks: block it is dequantized into frag[it % 2] while the wgmmas of
     // block it - 1 (frag[(it - 1) % 2]) still run. The buffer index must be a compile-time
     // constant (registers), hence the two-block unrolled loop below.
-    std::uint32_t frag[2][4][4];
+    std::uint32_t frag[2][kSteps][4];
 
     // Per-thread shared addresses in stage 0 and the descriptor of stage 0, computed once: per K
     // block only the stage's offset is added (32-bit ld.shared, see ptx::ld_shared_u32).
-    const std::uint32_t code_addr = base + wgt_offset + chunk_code_word_offset(warpgroup, tid, 0);
+    const std::uint32_t code_addr = base + wgt_offset + chunk_code_word_offset(warpgroup, tid, first_step);
     const std::uint32_t scale_addr = base + wgt_offset + chunk_scale_offset(frag_row, 0);
     constexpr std::uint32_t kScaleRow8 = chunk_scale_offset(8, 0) - chunk_scale_offset(0, 0);  // row + 8
     // The descriptor's start-address field is the low word's bits 0-13 (address bits 4-17): a
@@ -213,7 +254,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
     // are plain 32-bit additions that never carry out of the field, and the high word (stride,
     // swizzle) is the same for all.
     const std::uint64_t desc0 = ptx::sw128_kmajor_desc(act_smem);
-    const std::uint32_t desc_lo = static_cast<std::uint32_t>(desc0);
+    const std::uint32_t desc_lo = static_cast<std::uint32_t>(desc0) + (32u >> 4) * first_step;
     const std::uint64_t desc_hi = desc0 & ~std::uint64_t{0xFFFFFFFFu};
 
     // Ring position of the next K block (stage, phase), the same sequence as the producer's, and
@@ -227,17 +268,23 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
       constexpr int b = decltype(buffer)::value;
       ptx::mbarrier_wait(full_bar(stage), phase);
       const std::uint32_t wgt_stage = static_cast<std::uint32_t>(stage) * kChunkBytes;  // the stage's chunk
-      const uint4 codes = ptx::ld_shared_v4_u32(code_addr + wgt_stage);
+      std::uint32_t words[kSteps];
+      if constexpr (kSteps == 4) {
+        const uint4 codes = ptx::ld_shared_v4_u32(code_addr + wgt_stage);
+        words[0] = codes.x, words[1] = codes.y, words[2] = codes.z, words[3] = codes.w;
+      } else {
+        const uint2 codes = ptx::ld_shared_v2_u32(code_addr + wgt_stage);
+        words[0] = codes.x, words[1] = codes.y;
+      }
       const std::uint32_t scales_lo = ptx::ld_shared_u32(scale_addr + wgt_stage);
       const std::uint32_t scales_hi = ptx::ld_shared_u32(scale_addr + wgt_stage + kScaleRow8);
-      const std::uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
+      for (int j = 0; j < kSteps; ++j) {
         // Step j's codes (e2m1 * 2^-126) times its rows' scale multipliers (scale * 2^119).
         std::uint32_t v[4];
         decode::unpack_shuffled_word<decode::Math::w4a16>(words[j], v);
-        const std::uint32_t scale[2] = {decode::scale_pair<decode::Math::w4a16>(scales_lo, j),
-                                        decode::scale_pair<decode::Math::w4a16>(scales_hi, j)};
+        const std::uint32_t scale[2] = {decode::scale_pair<decode::Math::w4a16>(scales_lo, first_step + j),
+                                        decode::scale_pair<decode::Math::w4a16>(scales_hi, first_step + j)};
 #pragma unroll
         for (int r = 0; r < 4; ++r) frag[b][j][r] = decode::multiply_pair<decode::Math::w4a16>(v[r], scale[r & 1]);
       }
@@ -245,9 +292,9 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
       // otherwise sink its computation between the wgmmas, and ptxas then serializes the group
       // (warning C7513). Step j reads 32 bytes further along the 128-byte row.
       const std::uint32_t act_desc_lo = desc_lo + static_cast<std::uint32_t>(stage) * (kActStageBytes >> 4);
-      std::uint64_t desc[4];
+      std::uint64_t desc[kSteps];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
+      for (int j = 0; j < kSteps; ++j) {
         desc[j] = desc_hi | (act_desc_lo + (32u >> 4) * j);
         ptx::fence_register(desc[j]);
 #pragma unroll
@@ -255,7 +302,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
       }
       ptx::wgmma_fence();
 #pragma unroll
-      for (int j = 0; j < 4; ++j) Wgmma<BM>::mma(acc, frag[b][j], desc[j]);
+      for (int j = 0; j < kSteps; ++j) Wgmma<BM>::mma(acc, frag[b][j], desc[j]);
       ptx::wgmma_commit();
       // The block before is complete: its stage goes back to the producer and its fragment buffer
       // is free for the block after.
@@ -290,6 +337,42 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
       // The tile's last stage goes back too (the producer may be loading the next tile).
       if (iters > 0 && lane == 0) ptx::mbarrier_arrive(empty_bar(last));
       if (timeline != nullptr) t_mainloop_end = ptx::global_timer();
+      // Every K block of this CTA has arrived: the next kernel may start its prologue on SMs
+      // that free up (first call per CTA counts).
+      if (threadIdx.x == 0) cuda::allow_dependent_launch();
+
+      if constexpr (KGROUPS == 2) {
+        // k-group 1 leaves its accumulators in the ring (free once every consumer's wgmmas have
+        // read it through the async proxy) and group 0 adds them: one fixed order, every run.
+        ptx::fence_proxy_async();
+        ptx::named_barrier(2, kConsumerThreads);
+        float4* other = reinterpret_cast<float4*>(base_ptr) + warpgroup * 128 + tid;
+        if (kgroup == 1) {
+#pragma unroll
+          for (int i = 0; i < kAcc / 4; ++i) {
+            other[i * (kConsumerWarpgroups * 128)] = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
+          }
+        }
+        ptx::named_barrier(2, kConsumerThreads);
+        if (kgroup == 1) {
+          // The epilogue is group 0's; the cluster barriers of a split-K reduction count every thread.
+          if (split_k > 1) {
+            ptx::cluster_sync();
+            ptx::cluster_sync();
+          }
+          continue;
+        }
+#pragma unroll
+        for (int i = 0; i < kAcc / 4; ++i) {
+          const float4 v = other[i * (kConsumerWarpgroups * 128)];
+          acc[4 * i] += v.x;
+          acc[4 * i + 1] += v.y;
+          acc[4 * i + 2] += v.z;
+          acc[4 * i + 3] += v.w;
+        }
+        // Group 0's epilogue overwrites these bytes only after a barrier of both its warpgroups,
+        // each of which has read its own part above.
+      }
 
       if (split_k == 1 && tma_store) {
         // 16-bit output through the tensor copy engine: each warp transposes its accumulator
@@ -422,7 +505,7 @@ __global__ void __launch_bounds__(kThreadsPerCta, 1)
 #else
   // Built without sm_90a: kernels_available() reports it before anything launches this.
   (void)weights, (void)out, (void)out_type, (void)m, (void)n, (void)k_blocks, (void)split_k, (void)alpha,
-      (void)timeline, (void)out_map, (void)tma_store;
+      (void)timeline, (void)out_map, (void)tma_store, (void)programmatic;
   __trap();
 #endif
 }
@@ -446,13 +529,18 @@ __global__ void dequantize_bf16_kernel(const std::uint8_t* __restrict__ codes, c
 }
 
 using KernelFn = void (*)(CUtensorMap, const std::uint8_t*, void*, OutputType, int, int, int, int, float,
-                          std::uint64_t*, CUtensorMap, int);
+                          std::uint64_t*, CUtensorMap, int, int);
 
 KernelFn kernel_for(const TileConfig& c) {
-  if (c.block_m == 256 && c.stages == 6 && !c.persistent) return prefill_gemm_kernel<256, 6, false>;
-  if (c.block_m == 128 && c.stages == 8 && !c.persistent) return prefill_gemm_kernel<128, 8, false>;
-  if (c.block_m == 64 && c.stages == 12 && !c.persistent) return prefill_gemm_kernel<64, 12, false>;
-  if (c.block_m == 256 && c.stages == 4 && c.persistent) return prefill_gemm_kernel<256, 4, true>;
+  auto is = [&](int block_m, int stages, bool persistent, int k_groups) {
+    return c.block_m == block_m && c.stages == stages && c.persistent == persistent && c.k_groups == k_groups;
+  };
+  if (is(256, 6, false, 1)) return prefill_gemm_kernel<256, 6, false, 1>;
+  if (is(128, 8, false, 1)) return prefill_gemm_kernel<128, 8, false, 1>;
+  if (is(64, 12, false, 1)) return prefill_gemm_kernel<64, 12, false, 1>;
+  if (is(256, 4, true, 1)) return prefill_gemm_kernel<256, 4, true, 1>;
+  if (is(32, 16, false, 2)) return prefill_gemm_kernel<32, 16, false, 2>;
+  if (is(16, 16, false, 2)) return prefill_gemm_kernel<16, 16, false, 2>;
   throw InvalidArgument("no prefill kernel compiled for " + c.name() + " (see prefill_tile_configs())");
 }
 
@@ -525,20 +613,20 @@ int concurrent_ctas(const TileConfig& config, int split) {
   struct Entry {
     int dev, block_m, stages;
     bool persistent;
-    int split, ctas;
+    int k_groups, split, ctas;
   };
   static std::mutex mutex;
   static std::vector<Entry> cache;
   std::lock_guard<std::mutex> lock(mutex);
   for (const Entry& e : cache) {
     if (e.dev == dev && e.block_m == config.block_m && e.stages == config.stages && e.persistent == config.persistent &&
-        e.split == split) {
+        e.k_groups == config.k_groups && e.split == split) {
       return e.ctas;
     }
   }
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(split * 1024));
-  cfg.blockDim = dim3(kThreadsPerCta);
+  cfg.blockDim = dim3(static_cast<unsigned>(config.threads()));
   cfg.dynamicSmemBytes = static_cast<std::size_t>(config.smem_bytes());
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeClusterDimension;
@@ -549,7 +637,7 @@ int concurrent_ctas(const TileConfig& config, int split) {
   cfg.numAttrs = 1;
   int clusters = 0;
   CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel_for(config), &cfg));
-  cache.push_back({dev, config.block_m, config.stages, config.persistent, split, clusters * split});
+  cache.push_back({dev, config.block_m, config.stages, config.persistent, config.k_groups, split, clusters * split});
   return clusters * split;
 }
 
@@ -628,21 +716,23 @@ CUtensorMap make_activation_map(const void* act_bf16, std::int64_t m, std::int64
 
 void launch_gemm(const Plan& plan, const CUtensorMap& act_map, const std::uint8_t* packed, void* out,
                  OutputType out_type, std::int64_t m, std::int64_t n, float alpha, cudaStream_t stream,
-                 std::uint64_t* timeline) {
+                 std::uint64_t* timeline, bool programmatic) {
   prepare_launch(plan);
   const std::int64_t ctas = launch_ctas(plan);
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(ctas));
-  cfg.blockDim = dim3(kThreadsPerCta);
+  cfg.blockDim = dim3(static_cast<unsigned>(plan.config.threads()));
   cfg.dynamicSmemBytes = static_cast<std::size_t>(plan.config.smem_bytes());
   cfg.stream = stream;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = static_cast<unsigned>(plan.split_k);
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
+  cudaLaunchAttribute attrs[2]{};
+  attrs[0].id = cudaLaunchAttributeClusterDimension;
+  attrs[0].val.clusterDim.x = static_cast<unsigned>(plan.split_k);
+  attrs[0].val.clusterDim.y = 1;
+  attrs[0].val.clusterDim.z = 1;
+  attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attrs;
+  cfg.numAttrs = programmatic ? 2 : 1;
   // The dequantized weight carries 2^-7 (prefill.hpp, packed layout): the epilogue gives it back.
   const float kernel_alpha = static_cast<float>(static_cast<double>(alpha) * decode::kernel_alpha_factor(decode::Math::w4a16));
   // Unsplit 16-bit outputs with 16-byte rows leave through the copy engine (the kernel's TMA-store
@@ -652,7 +742,7 @@ void launch_gemm(const Plan& plan, const CUtensorMap& act_map, const std::uint8_
   const CUtensorMap out_map = tma_store ? make_output_map(out, out_type, m, n, plan.config.block_m) : CUtensorMap{};
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel_for(plan.config), act_map, packed, out, out_type, static_cast<int>(m),
                                 static_cast<int>(n), static_cast<int>(plan.k_blocks), plan.split_k, kernel_alpha,
-                                timeline, out_map, tma_store ? 1 : 0));
+                                timeline, out_map, tma_store ? 1 : 0, programmatic ? 1 : 0));
 }
 
 void launch_dequantize_bf16(const std::uint8_t* codes, const std::uint8_t* scales, std::uint16_t* out,

@@ -42,9 +42,13 @@ inline constexpr int kTimelineFields = 5;
 // `packed` from pack_weights (uploaded); `out` row-major [m, n] of `out_type`. Graph-capturable.
 // `timeline`: nullptr, or launch_ctas(plan) x kTimelineFields words of device memory that thread 0 of
 // each CTA fills (a diagnostic: where a CTA's time goes; costs one wait and four timer reads).
+// `programmatic`: a programmatic dependent launch (sm_90): the kernel may start while the
+// previous one in the stream still runs; it requests its first weight stages at once and waits
+// for that kernel to complete before it reads A or writes D. It lets the next kernel start once
+// each CTA's main loop is done.
 void launch_gemm(const Plan& plan, const CUtensorMap& act_map, const std::uint8_t* packed, void* out,
                  OutputType out_type, std::int64_t m, std::int64_t n, float alpha, cudaStream_t stream,
-                 std::uint64_t* timeline = nullptr);
+                 std::uint64_t* timeline = nullptr, bool programmatic = false);
 
 // Exact NVFP4 -> bf16 dequantization of a row-major [m, k] matrix with LINEAR scales (no global
 // scale): out = e2m1 * e4m3. k % 16 == 0. Graph-capturable.

@@ -82,6 +82,11 @@ __device__ __forceinline__ uint4 ld_shared_v4_u32(std::uint32_t addr) {
                : "memory");
   return v;
 }
+__device__ __forceinline__ uint2 ld_shared_v2_u32(std::uint32_t addr) {
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(addr) : "memory");
+  return v;
+}
 __device__ __forceinline__ std::uint32_t ld_shared_u32(std::uint32_t addr) {
   std::uint32_t v;
   asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
@@ -216,6 +221,28 @@ __device__ __forceinline__ void fence_register(std::uint64_t& r) { asm volatile(
 // D[64 x N] += A[64 x 16] (bf16, registers: the m16n8k16 A fragment of each warp's 16 rows) *
 // B[16 x N] (bf16, shared memory, K-major), fp32 accumulators. Asynchronous: completes at
 // wgmma_wait; neither `d` nor `a` may be touched before.
+__device__ __forceinline__ void wgmma_m64n16k16_rs(float (&d)[8], const std::uint32_t (&a)[4], std::uint64_t b_desc) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %13, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+}
+__device__ __forceinline__ void wgmma_m64n32k16_rs(float (&d)[16], const std::uint32_t (&a)[4], std::uint64_t b_desc) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %21, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+}
 __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const std::uint32_t (&a)[4], std::uint64_t b_desc) {
   asm volatile(
       "{\n"

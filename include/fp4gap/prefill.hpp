@@ -146,9 +146,10 @@ Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, const DeviceCon
 // Whether the backends launch `config` as a programmatic dependent launch (sm_90): its first
 // weight stages load while the previous kernel in the stream finishes, and the next kernel may
 // start once this one's main loops are done. Measured on the H200 (PERF-LOG run 16): 1.2-1.9 us
-// faster per launch for the tiles of up to 64 activation rows at M <= 64, mixed for the m256
-// tiles (up to 4 us slower at split 4), so only the narrow tiles use it.
-constexpr bool launches_programmatically(const TileConfig& config) { return config.block_m <= 64; }
+// faster per launch for the tiles of up to 64 activation rows at M <= 64, 3-9% for m128 at
+// M = 128; mixed for the m256 tiles (up to 4 us slower at M <= 64, split 4) and not measured at
+// large M, so those launch plainly.
+constexpr bool launches_programmatically(const TileConfig& config) { return config.block_m <= 128; }
 
 // A plan for an explicit configuration and split (tests and the tuner); throws InvalidArgument
 // when split_k is outside [1, kMaxSplitK], or above 1 for a persistent config.

@@ -130,7 +130,8 @@ TEST(PrefillPolicy, SmallMUsesTheNarrowTiles) {
   }
   const Plan q = choose_plan(128, 4096, 4096, h200_context());
   EXPECT_EQ(q.config.block_m, 128) << q.describe();
-  EXPECT_FALSE(launches_programmatically(q.config)) << q.describe();
+  EXPECT_TRUE(launches_programmatically(q.config)) << q.describe();
+  EXPECT_FALSE(launches_programmatically(tile_configs()[0])) << tile_configs()[0].name();
 }
 
 TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {

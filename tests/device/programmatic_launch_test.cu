@@ -1,9 +1,9 @@
 // Decode and prefill GEMMs launched as programmatic dependents (GemmArgs::programmatic_launch,
-// prefill::launch_gemm(.., programmatic)) of a kernel
-// that lets them start at once and only then, after a delay, writes their activations and poisons
-// their output. A GEMM that read A or wrote D before the previous kernel completed gets zeros or
-// NaN. A probe launched the same way first shows that dependents do start early on this device
-// (otherwise the GEMM checks would prove nothing).
+// prefill::launch_gemm(.., programmatic)) of a kernel that lets them start at once and only then,
+// after a delay, writes their activations and poisons their output. A GEMM that read A or wrote D
+// before the previous kernel completed gets zeros or NaN. A probe launched the same way first
+// shows that dependents do start early on this device (otherwise the GEMM checks would prove
+// nothing).
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -87,6 +87,52 @@ void expect_dependents_start_early(cuda::Stream& stream, cuda::DeviceBuffer<std:
                         << "programmatic launches do not overlap here, so this test cannot check the GEMMs";
 }
 
+// One shape's inputs, and the race: the GEMM (`launch`, a programmatic launch) behind a producer
+// that lets it start at once and only 0.2 ms later writes A (zeros until then) and poisons D.
+struct Race {
+  std::int64_t m, n, k;
+  std::uint64_t seed;
+  GemmInputs in;
+  ReferenceResult ref;
+  cuda::DeviceBuffer<std::uint8_t> a_staged, a;
+  cuda::DeviceBuffer<float> d;
+
+  Race(std::int64_t m_, std::int64_t n_, std::int64_t k_, std::uint64_t seed_)
+      : m(m_), n(n_), k(k_), seed(seed_),
+        in(make_gemm_inputs({m, n, k, OperandFormat::bf16, OperandFormat::nvfp4, OutputType::f32}, seed,
+                            InputDistribution::random)),
+        ref(reference_gemm(in.a_view(), in.b_view(), in.alpha)),
+        a_staged(in.a_bf16.size() * 2),
+        a(in.a_bf16.size() * 2),
+        d(static_cast<std::size_t>(m * n)) {
+    a_staged.upload(reinterpret_cast<const std::uint8_t*>(in.a_bf16.data()), a_staged.size());
+  }
+
+  template <class Launch>
+  void expect_correct_behind_late_producer(cuda::Stream& stream, cuda::DeviceBuffer<std::uint64_t>& times,
+                                           const std::string& plan, Launch&& launch) {
+    launch();  // loads the kernel's module (see the probe)
+    stream.synchronize();
+    a.fill_bytes(0);
+    d.fill_bytes(0);
+    launch_producer(a_staged.get(), a.get(), static_cast<std::int64_t>(a.bytes()),
+                    reinterpret_cast<std::uint8_t*>(d.get()), static_cast<std::int64_t>(d.bytes()), times.get(),
+                    stream.get());
+    launch();
+    stream.synchronize();
+    const std::vector<float> got = d.download();
+    const VerifyResult v = verify_gemm_output(got.data(), ref, k, OutputType::f32);
+    std::ostringstream what;
+    what << "m" << m << " n" << n << " k" << k << " " << plan;
+    EXPECT_TRUE(v.passed) << v.message << " for " << repro(what.str(), seed);
+  }
+};
+
+struct Shape {
+  std::int64_t m, n, k;
+};
+constexpr Shape kShapes[] = {{1, 2048, 6144}, {16, 1024, 4096}, {40, 520, 2048}};
+
 TEST(DecodeGemm, ProgrammaticLaunchWaitsForThePreviousKernel) {
   REQUIRE_GPU();
   if (test::gpu().cc_major < 9) GTEST_SKIP() << "programmatic dependent launch needs sm_90+";
@@ -96,21 +142,10 @@ TEST(DecodeGemm, ProgrammaticLaunchWaitsForThePreviousKernel) {
   expect_dependents_start_early(stream, times);
   if (HasFatalFailure()) return;
 
-  const std::uint64_t seed = 4242;
-  struct Shape {
-    std::int64_t m, n, k;
-  };
-  for (const Shape s : {Shape{1, 2048, 6144}, Shape{16, 1024, 4096}, Shape{40, 512, 2048}}) {
-    const GemmProblem problem{s.m, s.n, s.k, OperandFormat::bf16, OperandFormat::nvfp4, OutputType::f32};
-    const GemmInputs in = make_gemm_inputs(problem, seed, InputDistribution::random);
-    const ReferenceResult ref = reference_gemm(in.a_view(), in.b_view(), in.alpha);
-    const ShuffledWeight w = shuffle_weight_for_decode(in.b_fp4, Math::w4a16);
-    cuda::DeviceBuffer<std::uint8_t> a_staged(in.a_bf16.size() * 2), a(in.a_bf16.size() * 2);
-    a_staged.upload(reinterpret_cast<const std::uint8_t*>(in.a_bf16.data()), a_staged.size());
-    a.fill_bytes(0);
+  for (const Shape s : kShapes) {
+    Race race(s.m, s.n, s.k, 4242);
+    const ShuffledWeight w = shuffle_weight_for_decode(race.in.b_fp4, Math::w4a16);
     cuda::DeviceBuffer<std::uint8_t> w_codes(w.codes), w_scales(w.scales);
-    cuda::DeviceBuffer<float> d(static_cast<std::size_t>(s.m * s.n));
-
     // The policy's plan (streaming at M <= 16) and a forced split-K plan of the register-prefetch
     // kernel: their waits sit in different places.
     const Plan chosen = choose_plan(s.m, s.n, s.k, Math::w4a16, WeightLayout::shuffled, test::gpu());
@@ -125,37 +160,25 @@ TEST(DecodeGemm, ProgrammaticLaunchWaitsForThePreviousKernel) {
       cuda::DeviceBuffer<std::uint8_t> workspace(static_cast<std::size_t>(std::max<std::int64_t>(plan.workspace_bytes(), 256)));
       workspace.fill_bytes(0);
       GemmArgs args;
-      args.a = a.get();
+      args.a = race.a.get();
       args.w_codes = w_codes.get();
       args.w_scales = w_scales.get();
-      args.alpha = static_cast<float>(in.alpha);
-      args.d = d.get();
+      args.alpha = static_cast<float>(race.in.alpha);
+      args.d = race.d.get();
       args.out_type = OutputType::f32;
       args.workspace = workspace.get();
       args.workspace_bytes = static_cast<std::int64_t>(workspace.bytes());
       args.programmatic_launch = true;
-      launch_gemm(plan, args, stream.as_void());  // loads the kernel's module (see the probe)
-      stream.synchronize();
-      a.fill_bytes(0);
-      d.fill_bytes(0);
-      launch_producer(a_staged.get(), a.get(), static_cast<std::int64_t>(a.bytes()),
-                      reinterpret_cast<std::uint8_t*>(d.get()), static_cast<std::int64_t>(d.bytes()), times.get(),
-                      stream.get());
-      launch_gemm(plan, args, stream.as_void());
-      stream.synchronize();
-      const std::vector<float> got = d.download();
-      const VerifyResult v = verify_gemm_output(got.data(), ref, s.k, OutputType::f32);
-      std::ostringstream what;
-      what << "m" << s.m << " n" << s.n << " k" << s.k << " " << plan.describe();
-      ASSERT_TRUE(v.passed) << v.message << " for " << repro(what.str(), seed);
+      race.expect_correct_behind_late_producer(stream, times, plan.describe(),
+                                               [&] { launch_gemm(plan, args, stream.as_void()); });
     }
   }
 }
 
 // The prefill kernels under a programmatic launch: their producer requests the first weight stages
 // before it waits for the previous kernel, then the activations; D is written only after every
-// stage has arrived. Every narrow-tile config (the backends launch those programmatically), with
-// and without split-K (the cluster reduction), and an m128 plan.
+// stage has arrived. Every config the backends launch programmatically (block_m <= 128), with and
+// without split-K (the cluster reduction).
 TEST(PrefillKernel, ProgrammaticLaunchWaitsForThePreviousKernel) {
   REQUIRE_GPU();
   const Status avail = prefill::kernels_available();
@@ -166,41 +189,18 @@ TEST(PrefillKernel, ProgrammaticLaunchWaitsForThePreviousKernel) {
   expect_dependents_start_early(stream, times);
   if (HasFatalFailure()) return;
 
-  const std::uint64_t seed = 4343;
-  struct Shape {
-    std::int64_t m, n, k;
-  };
-  for (const Shape s : {Shape{1, 2048, 6144}, Shape{16, 1024, 4096}, Shape{40, 520, 2048}}) {
-    const GemmProblem problem{s.m, s.n, s.k, OperandFormat::bf16, OperandFormat::nvfp4, OutputType::f32};
-    const GemmInputs in = make_gemm_inputs(problem, seed, InputDistribution::random);
-    const ReferenceResult ref = reference_gemm(in.a_view(), in.b_view(), in.alpha);
-    cuda::DeviceBuffer<std::uint8_t> a_staged(in.a_bf16.size() * 2), a(in.a_bf16.size() * 2);
-    a_staged.upload(reinterpret_cast<const std::uint8_t*>(in.a_bf16.data()), a_staged.size());
-    cuda::DeviceBuffer<std::uint8_t> packed(prefill::pack_weights(in.b_fp4).bytes);
-    cuda::DeviceBuffer<float> d(static_cast<std::size_t>(s.m * s.n));
+  for (const Shape s : kShapes) {
+    Race race(s.m, s.n, s.k, 4343);
+    cuda::DeviceBuffer<std::uint8_t> packed(prefill::pack_weights(race.in.b_fp4).bytes);
     for (const prefill::TileConfig& c : prefill::tile_configs()) {
-      if (c.block_m > 128 || c.persistent) continue;
+      if (!prefill::launches_programmatically(c)) continue;
       for (int split : {1, 3}) {
         const prefill::Plan plan = prefill::make_plan(s.m, s.n, s.k, c, split);
-        const CUtensorMap map = prefill::make_activation_map(a.get(), s.m, s.k, c.block_m);
-        auto run = [&] {
-          prefill::launch_gemm(plan, map, packed.get(), d.get(), OutputType::f32, s.m, s.n,
-                               static_cast<float>(in.alpha), stream.get(), nullptr, true);
-        };
-        run();  // loads the kernel's module (see the probe)
-        stream.synchronize();
-        a.fill_bytes(0);
-        d.fill_bytes(0);
-        launch_producer(a_staged.get(), a.get(), static_cast<std::int64_t>(a.bytes()),
-                        reinterpret_cast<std::uint8_t*>(d.get()), static_cast<std::int64_t>(d.bytes()), times.get(),
-                        stream.get());
-        run();
-        stream.synchronize();
-        const std::vector<float> got = d.download();
-        const VerifyResult v = verify_gemm_output(got.data(), ref, s.k, OutputType::f32);
-        std::ostringstream what;
-        what << "m" << s.m << " n" << s.n << " k" << s.k << " " << plan.describe() << ", programmatic";
-        ASSERT_TRUE(v.passed) << v.message << " for " << repro(what.str(), seed);
+        const CUtensorMap map = prefill::make_activation_map(race.a.get(), s.m, s.k, c.block_m);
+        race.expect_correct_behind_late_producer(stream, times, plan.describe() + ", programmatic", [&] {
+          prefill::launch_gemm(plan, map, packed.get(), race.d.get(), OutputType::f32, s.m, s.n,
+                               static_cast<float>(race.in.alpha), stream.get(), nullptr, true);
+        });
       }
     }
   }

@@ -38,7 +38,6 @@ namespace fp4gap::decode {
 
 inline constexpr int kMaxM = 64;                 // the decode kernels serve M <= 64
 inline constexpr int kStreamingMaxM = 16;        // choose_plan takes the streaming kernel up to here (W4A16)
-inline constexpr int kMaxClusterSplit = 8;      // portable cluster size: the block-ring kernel's split-K limit
 inline constexpr int kTileRows = 16;             // weight rows per mma tile
 inline constexpr int kWindowK = 128;             // k columns per window (4 threads x 32)
 inline constexpr int kWindowCodeBytes = kTileRows * kWindowK / 2;           // 1024
@@ -253,19 +252,11 @@ struct TileConfig {
   // only: each lane cp.asyncs its own weight and activation fragments into a ring of S windows
   // private to its warp (windows_per_chunk is 1).
   int stages = 0;
-  // Streaming only. false: the ring is private to each warp, which copies its own activation
-  // fragments. true (the block-ring kernel, sm_90+): one ring per block, every warp on the same
-  // windows, each window's activations copied once for the block (one barrier per window), and
-  // split-K reduced in a thread-block cluster (split_k <= kMaxClusterSplit, no workspace).
-  bool block_ring = false;
   bool streaming() const { return stages > 0; }
-  int max_split_k() const { return block_ring ? kMaxClusterSplit : 65535; }
   bool serves(Math math, WeightLayout layout) const {
     return !streaming() || (math == Math::w4a16 && layout == WeightLayout::shuffled);
   }
-  // Streaming: bytes of one ring slot: per warp, the weights of mt tiles and (private ring) the B
-  // fragments of nt activation tiles; block ring: every warp's weights, then the B fragments of
-  // the k_warps windows once.
+  // Streaming: bytes of one ring slot (weights of mt tiles, B fragments of nt activation tiles).
   std::int64_t stream_slot_bytes() const;
 
   int row_groups() const { return warps / k_warps; }

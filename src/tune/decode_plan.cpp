@@ -25,17 +25,10 @@ std::int64_t TileConfig::reduction_scratch_bytes() const {
 }
 
 std::int64_t TileConfig::stream_slot_bytes() const {
-  const std::int64_t weights = static_cast<std::int64_t>(mt) * (kWindowCodeBytes + kWindowScaleBytes);
-  const std::int64_t activations = static_cast<std::int64_t>(nt) * 4 * 32 * 16;  // one window's B fragments
-  return block_ring ? warps * weights + k_warps * activations : weights + activations;
+  return static_cast<std::int64_t>(mt) * (kWindowCodeBytes + kWindowScaleBytes) + static_cast<std::int64_t>(nt) * 4 * 32 * 16;
 }
 
 std::int64_t TileConfig::smem_bytes(Math math) const {
-  if (block_ring) {
-    // The partial tile each block leaves for its cluster is written after the k-part reduction.
-    const std::int64_t partial_tile = static_cast<std::int64_t>(row_groups()) * mt * nt * 32 * 16;
-    return std::max({stages * stream_slot_bytes(), reduction_scratch_bytes(), partial_tile}) + 16;
-  }
   if (streaming()) {
     return std::max(static_cast<std::int64_t>(warps) * stages * stream_slot_bytes(), reduction_scratch_bytes()) + 16;
   }
@@ -46,15 +39,13 @@ std::int64_t TileConfig::smem_bytes(Math math) const {
 
 std::string TileConfig::name(Math math, WeightLayout layout) const {
   std::ostringstream os;
-  os << (block_ring ? "sm90+" : "sm80+") << " mma.sync " << to_string(math) << " "
+  os << "sm80+ mma.sync " << to_string(math) << " "
      << (math == Math::w4a16 ? "bf16 x nvfp4(" : "nvfp4 x nvfp4(") << to_string(layout) << ") -> "
      << (math == Math::w4a16 ? "bf16 mma" : "fp16 mma") << " tile n" << rows_per_block() << " m" << max_m()
      << " k" << chunk_k() << ", " << warps << " warps";
   if (k_warps > 1) os << " (" << row_groups() << " x " << k_warps << " k-split)";
   os << " x " << mt << " m16, ";
-  if (block_ring) {
-    os << stages << "-window cp.async ring per block, cluster split-K";
-  } else if (streaming()) {
+  if (streaming()) {
     os << stages << "-window cp.async ring per warp";
   } else {
     os << (math == Math::w4a16 ? "2 stages" : "1 stage + register prefetch");
@@ -85,16 +76,6 @@ const std::vector<TileConfig>& tile_configs() {
       {1, 1, 16, 16, 1, 1, 3},  // M <= 8:  16 rows x 16 k parts: 4 warps per scheduler at N = 2048
       {1, 2, 4, 4, 1, 3, 3},  // M <= 16: 16 rows x 4 k parts
       {2, 2, 4, 4, 1, 2, 3},  // M <= 16: 32 rows: half the activation reads per weight byte
-      // Block ring (W4A16, shuffled, sm_90+): mt, nt, warps, k_warps, 1, min blocks, ring windows,
-      // true. One copy of a window's activations serves every warp of the block.
-      {1, 1, 8, 1, 1, 2, 4, true},  // M <= 8:  128 rows
-      {1, 2, 8, 1, 1, 2, 4, true},  // M <= 16: 128 rows
-      {1, 2, 4, 1, 1, 4, 4, true},  // M <= 16: 64 rows, 4 blocks per SM
-      {2, 2, 8, 1, 1, 1, 4, true},  // M <= 16: 256 rows
-      {1, 4, 8, 1, 1, 2, 4, true},  // M <= 32: 128 rows
-      {2, 4, 8, 1, 1, 1, 3, true},  // M <= 32: 256 rows
-      {1, 8, 8, 1, 1, 2, 3, true},  // M <= 64: 128 rows
-      {2, 8, 8, 1, 1, 1, 3, true},  // M <= 64: 256 rows
       // (4 m16 tiles per warp and M <= 32 variants were swept in run 5 and never won: removed.)
   };
   return configs;
@@ -104,12 +85,10 @@ Status check_tile_config(const TileConfig& c, Math math, const DeviceContext& de
   if (c.k_warps < 1 || c.warps % c.k_warps != 0) {
     return Status::invalid_problem(c.name(math, WeightLayout::shuffled) + ": warps % k_warps != 0");
   }
-  const int needed_cc = c.block_ring ? 9 : 8;
-  if (device.cc_major < needed_cc) {
+  if (device.cc_major < 8) {
     std::ostringstream os;
-    os << c.name(math, WeightLayout::shuffled)
-       << (c.block_ring ? " needs thread-block clusters (sm_90+); " : " needs mma.sync m16n8k16 (sm_80+); ")
-       << device.name << " is sm_" << device.cc_major << device.cc_minor;
+    os << c.name(math, WeightLayout::shuffled) << " needs mma.sync m16n8k16 (sm_80+); " << device.name
+       << " is sm_" << device.cc_major << device.cc_minor;
     return Status::not_supported(os.str());
   }
   const std::int64_t need = c.smem_bytes(math);
@@ -146,13 +125,13 @@ Status check_shape(std::int64_t m, std::int64_t n, std::int64_t k, Math math) {
 }
 
 std::int64_t Plan::workspace_partial_floats() const {
-  if (split_k <= 1 || config.block_ring) return 0;  // the block ring reduces in its cluster
+  if (split_k <= 1) return 0;
   // Each row group's k part 0 warp stores its mt * nt * 4 accumulators per lane.
   return static_cast<std::int64_t>(split_k) * row_blocks * config.row_groups() * config.mt * config.nt * 4 * 32;
 }
 
 std::int64_t Plan::workspace_bytes() const {
-  if (split_k <= 1 || config.block_ring) return 0;
+  if (split_k <= 1) return 0;
   return workspace_partial_floats() * 4 + round_up(row_blocks * 4, 256);
 }
 
@@ -198,12 +177,10 @@ Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, Math math, Weight
   p.row_blocks = ceil_div(n, p.config.rows_per_block());
   p.k_windows = ceil_div(k, kWindowK);
   p.k_chunks = ceil_div(p.k_windows, p.config.windows_per_block_chunk());
-  if (split_k < 1 || split_k > p.k_chunks || split_k > p.config.max_split_k()) {
+  if (split_k < 1 || split_k > p.k_chunks || split_k > 65535) {
     std::ostringstream os;
-    os << "split_k outside [1, " << std::min<std::int64_t>(p.k_chunks, p.config.max_split_k()) << "] (chunks of "
-       << p.config.chunk_k() << " in K = " << k;
-    if (p.config.block_ring) os << "; the cluster of a block-ring split holds at most " << kMaxClusterSplit << " blocks";
-    os << "): split_k = " << split_k;
+    os << "split_k outside [1, " << p.k_chunks << "] (chunks of " << p.config.chunk_k() << " in K = " << k
+       << "): split_k = " << split_k;
     throw InvalidArgument(os.str());
   }
   p.split_k = split_k;
@@ -313,7 +290,6 @@ Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, Math math, Weig
   // Only the smallest activation tile that holds M: larger ones only multiply idle mma columns.
   int tile_m = 0;
   for (const TileConfig& c : configs) {
-    if (c.block_ring) continue;  // TODO(run 18): not modelled yet
     if (c.streaming() == streaming && c.max_m() >= m && (tile_m == 0 || c.max_m() < tile_m)) tile_m = c.max_m();
   }
   bool found = false;
@@ -322,7 +298,7 @@ Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, Math math, Weig
   std::string infeasible;
   for (int i = 0; i < static_cast<int>(configs.size()); ++i) {
     const TileConfig& c = configs[static_cast<std::size_t>(i)];
-    if (c.block_ring || c.max_m() != tile_m || c.streaming() != streaming || !c.serves(math, layout)) continue;
+    if (c.max_m() != tile_m || c.streaming() != streaming || !c.serves(math, layout)) continue;
     const Status fits = check_tile_config(c, math, device);
     if (!fits.is_ok()) {
       infeasible = fits.reason;

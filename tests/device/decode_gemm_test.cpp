@@ -5,9 +5,7 @@
 // Needs a CUDA device; skips without one.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <sstream>
@@ -222,9 +220,8 @@ TEST(DecodeGemm, ExactGridIsBitExactForEveryConfigAndSplit) {
         const TileConfig& config = tile_configs()[static_cast<std::size_t>(ci)];
         if (config.max_m() < s.m || !config.serves(math, WeightLayout::shuffled)) continue;
         const Plan one = make_plan(s.m, s.n, s.k, math, WeightLayout::shuffled, ci, 1);
-        const int most = static_cast<int>(std::min<std::int64_t>(one.k_chunks, config.max_split_k()));
-        for (int split : {1, 2, 3, most}) {
-          if (split > most) continue;
+        for (int split : {1, 2, 3, static_cast<int>(one.k_chunks)}) {
+          if (split > one.k_chunks) continue;
           for (WeightLayout wl : {WeightLayout::plain, WeightLayout::shuffled}) {
             if (!config.serves(math, wl)) continue;
             const Plan plan = make_plan(s.m, s.n, s.k, math, wl, ci, split);
@@ -248,9 +245,8 @@ TEST(DecodeGemm, ForcedSplitsMatchTheReference) {
       const TileConfig& config = tile_configs()[static_cast<std::size_t>(ci)];
       if (config.max_m() < 16 || !config.serves(math, WeightLayout::shuffled)) continue;
       const Plan one = make_plan(16, 2048, 6144, math, WeightLayout::shuffled, ci, 1);
-      const int most = static_cast<int>(std::min<std::int64_t>(one.k_chunks, config.max_split_k()));
-      for (int split : {1, 5, 8, most}) {
-        if (split > most) continue;
+      for (int split : {1, 5, 8, static_cast<int>(one.k_chunks)}) {
+        if (split > one.k_chunks) continue;
         const Plan plan = make_plan(16, 2048, 6144, math, WeightLayout::shuffled, ci, split);
         check(c, plan, Layouts{}, OutputType::f32, seed);
         if (HasFatalFailure()) return;
@@ -262,26 +258,22 @@ TEST(DecodeGemm, ForcedSplitsMatchTheReference) {
 // The same launch repeated (poisoned in between) gives the same bytes: the split-K counters are
 // left at zero by every launch and the reduction orders (k parts, splits) are fixed. Config 6
 // splits K over 2 warps per row group as well; W4A16 also runs the first streaming config that
-// holds M = 16 (k parts in every warp) and the first block-ring one (cluster reduction).
+// holds M = 16 (k parts in every warp).
 TEST(DecodeGemm, RepeatedRunsAreBitwiseEqual) {
   REQUIRE_GPU();
   std::uint64_t seed = 600;
-  int streaming = -1, block_ring = -1;
-  for (int ci = 0; ci < static_cast<int>(tile_configs().size()); ++ci) {
+  int streaming = -1;
+  for (int ci = 0; ci < static_cast<int>(tile_configs().size()) && streaming < 0; ++ci) {
     const TileConfig& config = tile_configs()[static_cast<std::size_t>(ci)];
-    if (config.max_m() < 16 || !config.streaming()) continue;
-    if (!config.block_ring && streaming < 0) streaming = ci;
-    if (config.block_ring && block_ring < 0) block_ring = ci;
+    if (config.streaming() && config.max_m() >= 16) streaming = ci;
   }
   ASSERT_GE(streaming, 0) << "no streaming config holds M = 16";
-  ASSERT_GE(block_ring, 0) << "no block-ring config holds M = 16";
   struct Run {
     Math math;
     int config;
     std::int64_t m;
   };
-  for (const Run run : {Run{Math::w4a16, 6, 17}, Run{Math::w4a4, 6, 17}, Run{Math::w4a16, streaming, 16},
-                        Run{Math::w4a16, block_ring, 16}}) {
+  for (const Run run : {Run{Math::w4a16, 6, 17}, Run{Math::w4a4, 6, 17}, Run{Math::w4a16, streaming, 16}}) {
     ++seed;
     const Math math = run.math;
     const Case c(math, run.m, 2048, 6144, seed, InputDistribution::random);
@@ -409,16 +401,12 @@ TEST(DecodeBackends, RunnersMatchTheReferenceOnEverySet) {
 // Every configuration and a range of split-K factors on the shapes, graph-timed over
 // rotated weight copies (cold weights), printed beside the policy's choice and its model estimate:
 // the data to refit the cost model in src/tune/decode_plan.cpp (docs/KERNELS-decode.md).
-// FP4GAP_SWEEP_BLOCK_RING=1 sweeps only the block-ring configs (W4A16), every split 1..8.
 TEST(DecodeGemm, DISABLED_SweepConfigsAndSplits) {
   REQUIRE_GPU();
-  const char* only_block_env = std::getenv("FP4GAP_SWEEP_BLOCK_RING");
-  const bool only_block = only_block_env != nullptr && std::string(only_block_env) == "1";
   struct Nk {
     std::int64_t n, k;
   };
   for (Math math : {Math::w4a16, Math::w4a4}) {
-    if (only_block && math != Math::w4a16) continue;
     for (const Nk s : {Nk{2048, 6144}, Nk{4096, 6144}, Nk{6144, 2048}, Nk{8192, 8192}}) {
       for (std::int64_t m : {1, 8, 16, 32, 64}) {
         const GemmInputs in = make_gemm_inputs(problem_of(math, m, s.n, s.k, OutputType::bf16), 1);
@@ -450,11 +438,8 @@ TEST(DecodeGemm, DISABLED_SweepConfigsAndSplits) {
         for (int ci = 0; ci < static_cast<int>(tile_configs().size()); ++ci) {
           const TileConfig& config = tile_configs()[static_cast<std::size_t>(ci)];
           if (config.max_m() < m || !config.serves(math, WeightLayout::shuffled)) continue;
-          if (only_block && !config.block_ring) continue;
           const Plan one = make_plan(m, s.n, s.k, math, WeightLayout::shuffled, ci, 1);
-          const std::int64_t most = std::min<std::int64_t>(one.k_chunks, config.max_split_k());
-          for (std::int64_t split = 1; split <= most;
-               split = split < 4 || config.block_ring ? split + 1 : split * 3 / 2) {
+          for (std::int64_t split = 1; split <= one.k_chunks; split = split < 4 ? split + 1 : split * 3 / 2) {
             const Plan plan = make_plan(m, s.n, s.k, math, WeightLayout::shuffled, ci, static_cast<int>(split));
             cuda::DeviceBuffer<std::uint8_t> workspace(static_cast<std::size_t>(std::max<std::int64_t>(plan.workspace_bytes(), 256)));
             workspace.fill_bytes(0);

@@ -22,26 +22,10 @@ void expect_contains(const std::string& text, const std::string& part) {
 TEST(DecodePlan, ConfigsCoverEveryMInIncreasingOrder) {
   const auto& configs = tile_configs();
   ASSERT_FALSE(configs.empty());
-  int previous = 0, previous_streaming = 0, previous_block = 0;
+  int previous = 0, previous_streaming = 0;
   for (const TileConfig& c : configs) {
     EXPECT_EQ(c.warps % c.k_warps, 0);
     EXPECT_TRUE(check_tile_config(c, Math::w4a16, h200_context()).is_ok()) << c.name(Math::w4a16, WeightLayout::shuffled);
-    if (c.block_ring) {
-      // Block-ring configs come last, in increasing M too.
-      EXPECT_GT(previous_streaming, 0);
-      EXPECT_GE(c.max_m(), previous_block);
-      previous_block = c.max_m();
-      EXPECT_GE(c.stages, 2);
-      EXPECT_EQ(c.stream_slot_bytes(), c.warps * c.mt * 1152 + c.k_warps * c.nt * 2048);
-      const std::int64_t partial_tile = c.row_groups() * c.mt * c.nt * 32 * 16;
-      EXPECT_EQ(c.smem_bytes(Math::w4a16),
-                std::max({c.stages * c.stream_slot_bytes(), c.reduction_scratch_bytes(), partial_tile}) + 16);
-      EXPECT_EQ(c.max_split_k(), kMaxClusterSplit);
-      EXPECT_TRUE(c.serves(Math::w4a16, WeightLayout::shuffled));
-      EXPECT_FALSE(c.serves(Math::w4a4, WeightLayout::shuffled));
-      continue;
-    }
-    EXPECT_EQ(previous_block, 0) << "a config after the block-ring ones";
     if (c.streaming()) {
       // Streaming configs follow the register-prefetch ones, in increasing M too.
       EXPECT_EQ(previous, kMaxM);
@@ -67,40 +51,6 @@ TEST(DecodePlan, ConfigsCoverEveryMInIncreasingOrder) {
   }
   EXPECT_EQ(previous, kMaxM);
   EXPECT_GT(previous_streaming, 0);
-  EXPECT_EQ(previous_block, kMaxM);
-}
-
-// The block ring reduces split-K in a cluster: at most kMaxClusterSplit blocks, no workspace,
-// sm_90+ only, and its name says so.
-TEST(DecodePlan, BlockRingSplitsWithinOneCluster) {
-  const auto& configs = tile_configs();
-  const auto block = std::find_if(configs.begin(), configs.end(), [](const TileConfig& c) { return c.block_ring; });
-  ASSERT_NE(block, configs.end());
-  const int bi = static_cast<int>(block - configs.begin());
-  expect_contains(block->name(Math::w4a16, WeightLayout::shuffled), "sm90+ mma.sync w4a16");
-  expect_contains(block->name(Math::w4a16, WeightLayout::shuffled), "-window cp.async ring per block, cluster split-K");
-  const Plan p = make_plan(8, 2048, 6144, Math::w4a16, WeightLayout::shuffled, bi, kMaxClusterSplit);
-  EXPECT_EQ(p.workspace_bytes(), 0);
-  EXPECT_EQ(p.workspace_partial_floats(), 0);
-  try {
-    make_plan(8, 2048, 6144, Math::w4a16, WeightLayout::shuffled, bi, kMaxClusterSplit + 1);
-    FAIL() << "split " << kMaxClusterSplit + 1 << " accepted";
-  } catch (const InvalidArgument& e) {
-    expect_contains(e.what(), "split_k outside [1, 8] (chunks of 128 in K = 6144; the cluster of a block-ring split holds at most 8 blocks): split_k = 9");
-  }
-  EXPECT_THROW(make_plan(1, 2048, 6144, Math::w4a4, WeightLayout::shuffled, bi, 1), InvalidArgument);
-  DeviceContext ampere = h200_context();
-  ampere.name = "NVIDIA A100";
-  ampere.cc_major = 8;
-  ampere.cc_minor = 0;
-  const Status s = check_tile_config(*block, Math::w4a16, ampere);
-  EXPECT_EQ(s.code, StatusCode::not_supported);
-  expect_contains(s.reason, "needs thread-block clusters (sm_90+); NVIDIA A100 is sm_80");
-  for (const TileConfig& c : configs) {
-    if (!c.block_ring) {
-      EXPECT_TRUE(check_tile_config(c, Math::w4a16, ampere).is_ok()) << c.name(Math::w4a16, WeightLayout::shuffled);
-    }
-  }
 }
 
 TEST(DecodePlan, ConfigNameSaysArchTypesTileAndStages) {
@@ -259,7 +209,7 @@ TEST(DecodePlan, StreamingModelMatchesTheMeasuredSweep) {
     int index = -1;
     for (int i = 0; i < static_cast<int>(tile_configs().size()); ++i) {
       const TileConfig& c = tile_configs()[static_cast<std::size_t>(i)];
-      if (c.streaming() && !c.block_ring && c.mt == pt.mt && c.nt == pt.nt && c.warps == pt.warps) index = i;
+      if (c.streaming() && c.mt == pt.mt && c.nt == pt.nt && c.warps == pt.warps) index = i;
     }
     ASSERT_GE(index, 0) << "no streaming config mt " << pt.mt << " nt " << pt.nt << " warps " << pt.warps;
     const Plan p = make_plan(pt.m, pt.n, pt.k, Math::w4a16, WeightLayout::shuffled, index, pt.split);

@@ -37,19 +37,15 @@ constexpr Instantiation instantiate() {
 }
 
 // The streaming kernel exists for W4A16 with the shuffled weight only (TileConfig::serves).
-template <int MT, int NT, int WARPS, int WK, int MIN_BLOCKS, int S, bool BLOCK = false>
-constexpr Instantiation instantiate_streaming() {
-  return {TileConfig{MT, NT, WARPS, WK, 1, MIN_BLOCKS, S, BLOCK},
-          {{nullptr, &device::decode_stream_kernel<MT, NT, WARPS, WK, S, MIN_BLOCKS, BLOCK>}, {nullptr, nullptr}}};
-}
 template <int MT, int NT, int WARPS, int WK, int MIN_BLOCKS, int S>
-constexpr Instantiation instantiate_block_ring() {
-  return instantiate_streaming<MT, NT, WARPS, WK, MIN_BLOCKS, S, true>();
+constexpr Instantiation instantiate_streaming() {
+  return {TileConfig{MT, NT, WARPS, WK, 1, MIN_BLOCKS, S},
+          {{nullptr, &device::decode_stream_kernel<MT, NT, WARPS, WK, S, MIN_BLOCKS>}, {nullptr, nullptr}}};
 }
 
 // Same order as tile_configs() (src/tune/decode_plan.cpp); checked at first use.
-const std::array<Instantiation, 25>& instantiations() {
-  static const std::array<Instantiation, 25> list = {
+const std::array<Instantiation, 17>& instantiations() {
+  static const std::array<Instantiation, 17> list = {
       instantiate<1, 1, 8, 8, 2, 2>(), instantiate<1, 1, 8, 4, 2, 2>(), instantiate<1, 1, 4, 1, 2, 4>(),
       instantiate<1, 2, 8, 8, 1, 2>(), instantiate<1, 2, 8, 4, 2, 2, 1>(), instantiate<1, 2, 4, 1, 2, 4>(),
       instantiate<1, 4, 8, 2, 2, 2, 1>(),
@@ -59,10 +55,6 @@ const std::array<Instantiation, 25>& instantiations() {
       instantiate_streaming<1, 1, 4, 4, 4, 4>(), instantiate_streaming<1, 1, 16, 16, 1, 3>(),
       instantiate_streaming<1, 2, 4, 4, 3, 3>(),
       instantiate_streaming<2, 2, 4, 4, 2, 3>(),
-      instantiate_block_ring<1, 1, 8, 1, 2, 4>(), instantiate_block_ring<1, 2, 8, 1, 2, 4>(),
-      instantiate_block_ring<1, 2, 4, 1, 4, 4>(), instantiate_block_ring<2, 2, 8, 1, 1, 4>(),
-      instantiate_block_ring<1, 4, 8, 1, 2, 4>(), instantiate_block_ring<2, 4, 8, 1, 1, 3>(),
-      instantiate_block_ring<1, 8, 8, 1, 2, 3>(), instantiate_block_ring<2, 8, 8, 1, 1, 3>(),
   };
   static const bool checked = [] {
     const auto& configs = tile_configs();
@@ -72,7 +64,7 @@ const std::array<Instantiation, 25>& instantiations() {
       const TileConfig& b = list[i].config;
       same = a.mt == b.mt && a.nt == b.nt && a.warps == b.warps && a.k_warps == b.k_warps &&
              a.windows_per_chunk == b.windows_per_chunk && a.min_blocks_per_sm == b.min_blocks_per_sm &&
-             a.stages == b.stages && a.block_ring == b.block_ring &&
+             a.stages == b.stages &&
              a.activation_row_bytes() == device::activation_row_bytes(b.windows_per_block_chunk());
     }
     if (!same) throw std::logic_error("decode: tile_configs() and the kernel instantiations differ");
@@ -144,22 +136,11 @@ void launch_gemm(const Plan& plan, const GemmArgs& args, void* stream) {
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = static_cast<std::size_t>(plan.config.smem_bytes(plan.math));
   cfg.stream = cuda::as_stream(stream);
-  cudaLaunchAttribute attrs[2]{};
-  unsigned int count = 0;
-  if (args.programmatic_launch) {
-    attrs[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attrs[count].val.programmaticStreamSerializationAllowed = 1;
-    ++count;
-  }
-  if (plan.config.block_ring) {  // the split-K blocks of a row block reduce in one cluster
-    attrs[count].id = cudaLaunchAttributeClusterDimension;
-    attrs[count].val.clusterDim.x = 1;
-    attrs[count].val.clusterDim.y = static_cast<unsigned int>(plan.split_k);
-    attrs[count].val.clusterDim.z = 1;
-    ++count;
-  }
-  cfg.attrs = attrs;
-  cfg.numAttrs = count;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = args.programmatic_launch ? 1 : 0;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
 }
 

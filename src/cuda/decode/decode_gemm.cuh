@@ -11,7 +11,6 @@
 
 #include <cstdint>
 
-#include "cuda/cluster.cuh"
 #include "cuda/grid_dependency.cuh"
 #include "fp4gap/decode.hpp"
 
@@ -329,78 +328,24 @@ struct Tile {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-      for (int j = 0; j < NT; ++j) store_fragment(warp_row0 + mt * kTileRows, j, lane, acc[mt][j]);
-    }
-  }
-
-  // The 4 accumulators lane `ln` holds of the m16 x n8 tile at weight row `row0`, activation tile j.
-  __device__ void store_fragment(std::int64_t row0, int j, int ln, const float (&v)[4]) const {
+      for (int j = 0; j < NT; ++j) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const std::int64_t n = row0 + (ln >> 2) + 8 * (e >> 1);
-      const std::int64_t m = j * 8 + 2 * (ln & 3) + (e & 1);
-      if (n >= p.n || m >= p.m) continue;
-      const float x = p.alpha * v[e];
-      const std::int64_t at = m * p.n + n;
-      if (p.out_type == static_cast<int>(OutputType::f32)) {
-        static_cast<float*>(p.d)[at] = x;
-      } else if (p.out_type == static_cast<int>(OutputType::bf16)) {
-        static_cast<__nv_bfloat16*>(p.d)[at] = __float2bfloat16_rn(x);
-      } else {
-        static_cast<__half*>(p.d)[at] = __float2half_rn(x);
-      }
-    }
-  }
-
-  // The block ring's epilogue (sm_90+): blocks y = 0 .. split_k - 1 of a row block form one
-  // cluster. Each leaves its partial tile in its shared memory; block r adds the fragments
-  // r, r + split_k, ... of every block's tile in rank order (bitwise repeatable) and stores them.
-  // No workspace, no counter, no fence through L2. Every thread of the block calls it after the
-  // main loop (shared memory free).
-  __device__ void finish_in_cluster(float (&acc)[MT][NT][4]) const {
-    if constexpr (WK > 1) {
-      reduce_k_parts(acc);
-      __syncthreads();  // the scratch is read before the partial tile overwrites it
-    }
-    if (p.split_k == 1) {
-      if (k_part == 0) store_output(acc);
-      return;
-    }
-    constexpr int kFragments = kRowGroups * MT * NT * 32;  // float4 each, [row group][mt][j][lane]
-    auto* partial = reinterpret_cast<float4*>(smem);
-    if (k_part == 0) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          partial[((row_group * MT + mt) * NT + j) * 32 + lane] = make_float4(acc[mt][j][0], acc[mt][j][1], acc[mt][j][2], acc[mt][j][3]);
+        for (int e = 0; e < 4; ++e) {
+          const std::int64_t n = warp_row0 + mt * kTileRows + g + 8 * (e >> 1);
+          const std::int64_t m = j * 8 + 2 * t + (e & 1);
+          if (n >= p.n || m >= p.m) continue;
+          const float v = p.alpha * acc[mt][j][e];
+          const std::int64_t at = m * p.n + n;
+          if (p.out_type == static_cast<int>(OutputType::f32)) {
+            static_cast<float*>(p.d)[at] = v;
+          } else if (p.out_type == static_cast<int>(OutputType::bf16)) {
+            static_cast<__nv_bfloat16*>(p.d)[at] = __float2bfloat16_rn(v);
+          } else {
+            static_cast<__half*>(p.d)[at] = __float2half_rn(v);
+          }
         }
       }
     }
-    cuda::cluster_sync();
-    const std::uint32_t rank = cuda::cluster_rank();
-    const std::uint32_t base = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem));
-    for (int f = static_cast<int>(rank) + p.split_k * static_cast<int>(threadIdx.x); f < kFragments;
-         f += p.split_k * kThreads) {
-      float4 v[kMaxClusterSplit];
-#pragma unroll
-      for (int r = 0; r < kMaxClusterSplit; ++r) {  // all loads in flight before the first add
-        if (r < p.split_k) v[r] = cuda::load_cluster_f4(cuda::map_to_rank(base + 16 * f, r));
-      }
-      float sum[4] = {v[0].x, v[0].y, v[0].z, v[0].w};
-#pragma unroll
-      for (int r = 1; r < kMaxClusterSplit; ++r) {
-        if (r < p.split_k) {
-          sum[0] += v[r].x;
-          sum[1] += v[r].y;
-          sum[2] += v[r].z;
-          sum[3] += v[r].w;
-        }
-      }
-      const int ln = f % 32, j = (f / 32) % NT, mt = (f / (32 * NT)) % MT, rg = f / (32 * NT * MT);
-      store_fragment(static_cast<std::int64_t>(blockIdx.x) * kRows + (rg * MT + mt) * kTileRows, j, ln, sum);
-    }
-    cuda::cluster_sync();  // no block exits while another may still read its tile
   }
 
   // k parts: the warps of a row group with k_part > 0 leave their accumulators in shared memory
@@ -558,28 +503,16 @@ struct StreamSlot {
   static constexpr int kBytes = kWeightBytes + NT * 4 * 32 * 16;
 };
 
-//
-// BLOCK (TileConfig::block_ring, run 18): the private ring has every warp copy its own B
-// fragments, NT x 2 KB per window against MT x 1152 weight bytes: at M = 16, 3.6x the weight's
-// bytes read again from L2 (and the L2 fits ~4x the HBM rate). With BLOCK the ring is the
-// block's: every warp works on window c * WK + k part, the block copies each window's
-// activations once (coalesced, shared by all row groups), and one barrier per window hands the
-// slots over. Split-K is reduced in a thread-block cluster (finish_in_cluster).
-template <int MT, int NT, int WARPS, int WK, int S, int MIN_BLOCKS, bool BLOCK>
+template <int MT, int NT, int WARPS, int WK, int S, int MIN_BLOCKS>
 __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_stream_kernel(const Params p) {
   using T = Tile<Math::w4a16, WeightLayout::shuffled, MT, NT, WARPS, WK, 1>;
   using Slot = StreamSlot<MT, NT>;
-  // Block ring slot: [warp 0 .. WARPS-1: weights][k part 0 .. WK-1: the window's B fragments].
-  constexpr int kActWindowBytes = NT * 4 * 32 * 16;
-  constexpr int kBlockActOffset = WARPS * Slot::kWeightBytes;
-  constexpr int kSlotBytes = BLOCK ? kBlockActOffset + WK * kActWindowBytes : Slot::kBytes;
-  constexpr int kRingBytes = BLOCK ? S * kSlotBytes : WARPS * S * Slot::kBytes;
-  constexpr int kFlagOffset = kRingBytes > T::kScratchBytes ? kRingBytes : T::kScratchBytes;  // private ring only
+  constexpr int kRingBytes = WARPS * S * Slot::kBytes;
+  constexpr int kFlagOffset = kRingBytes > T::kScratchBytes ? kRingBytes : T::kScratchBytes;
   extern __shared__ __align__(16) unsigned char smem[];
   const T tile(p, smem);
   const ChunkRange range = split_chunk_range(p.k_chunks, p.split_k, static_cast<int>(blockIdx.y));
-  unsigned char* const ring = BLOCK ? smem : smem + tile.warp * S * Slot::kBytes;
-  const int weight_offset = BLOCK ? tile.warp * Slot::kWeightBytes : 0;
+  unsigned char* const ring = smem + tile.warp * S * Slot::kBytes;
   const auto* a = static_cast<const std::uint16_t*>(p.a);
   const int lane = tile.lane;
 
@@ -590,9 +523,8 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_stream_kernel(c
   // so an issue is a few adds and its cp.asyncs (the first version recomputed the 64-bit
   // shuffled-window index and every address per window: ~100 of its ~285 instructions).
   const std::int64_t window0 = tile.window_of(range.begin, 0);
-  const std::uint32_t ring_base = static_cast<std::uint32_t>(__cvta_generic_to_shared(ring));
-  const std::uint32_t ring_lane = ring_base + weight_offset + lane * 16;
-  const std::uint32_t ring_scale = ring_base + weight_offset + kWindowCodeBytes + lane * 4;
+  const std::uint32_t ring_lane = static_cast<std::uint32_t>(__cvta_generic_to_shared(ring)) + lane * 16;
+  const std::uint32_t ring_scale = static_cast<std::uint32_t>(__cvta_generic_to_shared(ring)) + kWindowCodeBytes + lane * 4;
   const unsigned char* code_src[MT];
   const unsigned char* scale_src[MT];
   bool tile_live[MT];
@@ -604,78 +536,40 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_stream_kernel(c
     code_src[mt] = p.w_codes + w * kWindowCodeBytes + lane * 16;
     scale_src[mt] = p.w_scales + w * kWindowScaleBytes + lane * 4;
   }
-  // Private ring: this lane's B fragments (row 8j + g, columns 32t + 8q of its window).
-  constexpr int kLaneTiles = BLOCK ? 1 : NT;
-  const std::uint16_t* act_src[kLaneTiles];
-  bool row_live[kLaneTiles];
-  if constexpr (!BLOCK) {
+  const std::uint16_t* act_src[NT];
+  bool row_live[NT];
 #pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      const std::int64_t row = 8 * j + tile.g;
-      row_live[j] = row < p.m;
-      act_src[j] = a + (row_live[j] ? row : 0) * p.k + window0 * kWindowK + 32 * tile.t;
-    }
-  }
-  // Block ring: the block's 16-byte pieces of a slot's activations, piece i = thread + q * threads
-  // of [k part][j][row g][16 columns c] (a warp reads two whole 256-byte rows: coalesced), stored
-  // at [k part][j][step pair c % 4][lane 4g + c / 4], where compute_window's LDS.128 reads it.
-  constexpr int kPieces = WK * NT * 128;
-  constexpr int kThreadPieces = BLOCK ? (kPieces + WARPS * 32 - 1) / (WARPS * 32) : 1;
-  const std::uint16_t* piece_src[kThreadPieces];
-  std::int64_t piece_col[kThreadPieces];  // its first column at chunk range.begin; K bounds it
-  std::uint32_t piece_dst[kThreadPieces];
-  bool piece_live[kThreadPieces];
-  if constexpr (BLOCK) {
-#pragma unroll
-    for (int q = 0; q < kThreadPieces; ++q) {
-      const int i = static_cast<int>(threadIdx.x) + q * WARPS * 32;
-      const int kp = i / (NT * 128), j = (i / 128) % NT, g = (i / 16) % 8, c = i % 16;
-      const std::int64_t row = 8 * j + g;
-      piece_live[q] = i < kPieces && row < p.m;
-      piece_col[q] = (range.begin * WK + kp) * kWindowK + 8 * c;
-      piece_src[q] = a + (piece_live[q] ? row : 0) * p.k + piece_col[q];
-      piece_dst[q] = ring_base + kBlockActOffset + ((kp * NT + j) * 4 + c % 4) * 512 + (4 * g + c / 4) * 16;
-    }
+  for (int j = 0; j < NT; ++j) {
+    const std::int64_t row = 8 * j + tile.g;
+    row_live[j] = row < p.m;
+    act_src[j] = a + (row_live[j] ? row : 0) * p.k + window0 * kWindowK + 32 * tile.t;
   }
 
   // Iteration i (chunk range.begin + i) into ring slot `slot`.
   auto issue = [&](std::int64_t i, int slot) {
     const std::int64_t window = window0 + i * WK;
-    if (range.begin + i < range.end) {
-      if (window < p.k_windows) {
-        const std::uint32_t s = ring_lane + slot * kSlotBytes;
+    if (range.begin + i < range.end && window < p.k_windows) {
+      const std::uint32_t s = ring_lane + slot * Slot::kBytes;
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          if (tile_live[mt]) {
-            const unsigned char* c = code_src[mt] + i * (WK * kWindowCodeBytes);
-            const std::uint32_t d = s + mt * (kWindowCodeBytes + kWindowScaleBytes);
-            cp_async_shared_16(d, c, true);
-            cp_async_shared_16(d + 512, c + 512, true);
-            cp_async_shared_ca_4(ring_scale + slot * kSlotBytes + mt * (kWindowCodeBytes + kWindowScaleBytes),
-                                 scale_src[mt] + i * (WK * kWindowScaleBytes));
-          }
-        }
-        if constexpr (!BLOCK) {
-          const bool valid = window * kWindowK + 32 * tile.t < p.k;
-#pragma unroll
-          for (int j = 0; j < NT; ++j) {
-            if (row_live[j]) {
-              const std::uint16_t* src = act_src[j] + i * (WK * kWindowK);
-#pragma unroll
-              for (int q = 0; q < 4; ++q) {
-                // Past K the source is not read (src-size 0), so it need not be a valid address.
-                cp_async_shared_ca_16(s + Slot::kWeightBytes + (j * 4 + q) * 512, src + 8 * q, valid);
-              }
-            }
-          }
+      for (int mt = 0; mt < MT; ++mt) {
+        if (tile_live[mt]) {
+          const unsigned char* c = code_src[mt] + i * (WK * kWindowCodeBytes);
+          const std::uint32_t d = s + mt * (kWindowCodeBytes + kWindowScaleBytes);
+          cp_async_shared_16(d, c, true);
+          cp_async_shared_16(d + 512, c + 512, true);
+          cp_async_shared_ca_4(ring_scale + slot * Slot::kBytes + mt * (kWindowCodeBytes + kWindowScaleBytes),
+                               scale_src[mt] + i * (WK * kWindowScaleBytes));
         }
       }
-      if constexpr (BLOCK) {
+      const bool valid = window * kWindowK + 32 * tile.t < p.k;
 #pragma unroll
-        for (int q = 0; q < kThreadPieces; ++q) {
-          if (piece_live[q]) {
-            const std::int64_t advance = i * (WK * kWindowK);
-            cp_async_shared_16(piece_dst[q] + slot * kSlotBytes, piece_src[q] + advance, piece_col[q] + advance < p.k);
+      for (int j = 0; j < NT; ++j) {
+        if (row_live[j]) {
+          const std::uint16_t* src = act_src[j] + i * (WK * kWindowK);
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            // Past K the source is not read (src-size 0), so it need not be a valid address.
+            cp_async_shared_ca_16(s + Slot::kWeightBytes + (j * 4 + q) * 512, src + 8 * q, valid);
           }
         }
       }
@@ -683,10 +577,7 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_stream_kernel(c
     cp_async_commit();  // also when empty: the group count stays uniform for cp_async_wait
   };
 
-  // Even and odd mma steps in two dependency chains where a warp has few tiles (the block ring's
-  // wider warps have MT * NT >= 4 independent chains already).
-  constexpr bool kTwoChains = !BLOCK || MT * NT <= 2;
-  float acc[MT][NT][4], acc_odd[MT][NT][4];
+  float acc[MT][NT][4], acc_odd[MT][NT][4];  // even and odd mma steps: two dependency chains
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -714,59 +605,38 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_stream_kernel(c
   for (int s = 0; s < S - 1; ++s) issue(s, s);
   int slot = 0;
   for (std::int64_t c = range.begin; c < range.end; ++c) {
-    // The slot refilled here was read in the previous iteration. Private ring: by this warp only,
-    // whose mma consumed those loads. Block ring: by every warp, so after the barrier, which also
-    // makes every thread's copies of this iteration's slot visible.
-    const int refill = slot == 0 ? S - 1 : slot - 1;
-    if constexpr (BLOCK) {
-      cp_async_wait<S - 2>();
-      __syncthreads();
-      issue(c - range.begin + S - 1, refill);
-    } else {
-      issue(c - range.begin + S - 1, refill);
-      cp_async_wait<S - 1>();
-    }
+    // The slot refilled here was read in the previous iteration, whose mma consumed those loads.
+    issue(c - range.begin + S - 1, slot == 0 ? S - 1 : slot - 1);
+    cp_async_wait<S - 1>();
     if (tile.window_of(c, 0) < p.k_windows) {  // uniform per warp
-      const unsigned char* s = ring + slot * kSlotBytes;
-      const unsigned char* b = BLOCK ? s + kBlockActOffset + tile.k_part * kActWindowBytes : s + Slot::kWeightBytes;
+      const unsigned char* s = ring + slot * Slot::kBytes;
       WeightRegs<MT, 1> r;
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
-        const unsigned char* w = s + weight_offset + mt * (kWindowCodeBytes + kWindowScaleBytes);
+        const unsigned char* w = s + mt * (kWindowCodeBytes + kWindowScaleBytes);
         r.codes[0][mt][0] = *reinterpret_cast<const uint4*>(w + lane * 16);
         r.codes[0][mt][1] = *reinterpret_cast<const uint4*>(w + 512 + lane * 16);
         r.scales[0][mt] = *reinterpret_cast<const std::uint32_t*>(w + kWindowCodeBytes + lane * 4);
       }
-      const auto b_of = [&](int j, int pair) {
-        return *reinterpret_cast<const uint4*>(b + (j * 4 + pair) * 512 + lane * 16);
-      };
-      if constexpr (kTwoChains) {
-        tile.compute_window(r, 0, b_of, acc, acc_odd);
-      } else {
-        tile.compute_window(r, 0, b_of, acc, acc);
-      }
+      tile.compute_window(r, 0, [&](int j, int pair) {
+        return *reinterpret_cast<const uint4*>(s + Slot::kWeightBytes + (j * 4 + pair) * 512 + lane * 16);
+      }, acc, acc_odd);
     }
     slot = slot + 1 == S ? 0 : slot + 1;
   }
   cuda::allow_dependent_launch();
-  if constexpr (kTwoChains) {
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
+  for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-      for (int j = 0; j < NT; ++j) {
+    for (int j = 0; j < NT; ++j) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[mt][j][e] += acc_odd[mt][j][e];
-      }
+      for (int e = 0; e < 4; ++e) acc[mt][j][e] += acc_odd[mt][j][e];
     }
   }
   cp_async_wait<0>();
   __syncthreads();  // the reductions reuse the rings
 
-  if constexpr (BLOCK) {
-    tile.finish_in_cluster(acc);
-  } else {
-    tile.finish(acc, reinterpret_cast<int*>(smem + kFlagOffset));
-  }
+  tile.finish(acc, reinterpret_cast<int*>(smem + kFlagOffset));
 }
 
 }  // namespace fp4gap::decode::device

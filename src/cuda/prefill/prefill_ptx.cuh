@@ -7,8 +7,6 @@
 
 #include <cstdint>
 
-#include "cuda/cluster.cuh"
-
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define FP4GAP_PREFILL_SM90A 1
 #else
@@ -121,10 +119,33 @@ __device__ __forceinline__ void prefetch_tensor_map(const CUtensorMap* map) {
 
 // ---- thread-block clusters (split-K reduction through distributed shared memory) ----
 
-using ::fp4gap::cuda::cluster_rank;
-using ::fp4gap::cuda::cluster_sync;
-using ::fp4gap::cuda::load_cluster_f4;
-using ::fp4gap::cuda::map_to_rank;
+__device__ __forceinline__ std::uint32_t cluster_rank() {
+  std::uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+
+// Every thread of every CTA of the cluster: shared-memory writes before it are visible to
+// distributed shared-memory reads after it.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// The address of the same shared-memory location in the CTA of cluster rank `rank`.
+__device__ __forceinline__ std::uint32_t map_to_rank(std::uint32_t addr, std::uint32_t rank) {
+  std::uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
+  return r;
+}
+
+__device__ __forceinline__ float4 load_cluster_f4(std::uint32_t addr) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
 
 // Orders this thread's shared-memory accesses through the async proxy (wgmma, TMA) against its
 // later ordinary accesses to the same bytes.

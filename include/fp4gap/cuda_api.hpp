@@ -7,6 +7,7 @@
 #include "fp4gap/backend.hpp"
 #include "fp4gap/prefill.hpp"
 #include "fp4gap/roofline.hpp"
+#include "fp4gap/timing.hpp"
 
 namespace fp4gap {
 
@@ -22,6 +23,13 @@ Ceilings measure_ceilings(const DeviceContext& device);
 // on `stream` (a cudaStream_t), so other commands can time a copy of the bytes they move.
 // src, dst and bytes must be multiples of 16 (InvalidArgument otherwise, quoting them).
 void launch_copy(const void* src, void* dst, std::size_t bytes, const DeviceContext& device, void* stream);
+
+// The read-floor yardstick of `fp4gap gemm` (the read_us column): measure_ceilings' read kernel
+// streaming `bytes` (rounded up to 16) from HBM, timed like a GEMM runner (time_launch: graph
+// and event mode, copies rotated so that each is cold, input_sets_for_cold_cache). What any
+// kernel that reads that many bytes once costs under the same timing, launch and ramp included.
+// Throws InvalidArgument for bytes <= 0.
+Timing time_read(double bytes, const DeviceContext& device, const TimingOptions& options);
 
 // The prefill policy's count of CTAs that run at once, from the occupancy API of the current
 // device, when the prefill kernels can run on it; an empty function otherwise (the policy then

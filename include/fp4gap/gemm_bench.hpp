@@ -39,6 +39,9 @@ struct GemmBenchOptions {
   // Times a verified runner that lives on the device (the CLI passes fp4gap::time_runner).
   // Empty: such rows are verified but not timed, with a warning.
   std::function<Timing(GemmRunner&, const DeviceContext&, const TimingOptions&)> time_device_runner;
+  // Times the read floor of a GPU row's bytes (the CLI passes fp4gap::time_read, remembering each
+  // byte count it timed). Empty: read_us and pct_of_read stay empty.
+  std::function<Timing(double bytes, const DeviceContext&, const TimingOptions&)> time_device_read;
   int host_timing_runs = 3;           // std::chrono samples of a host runner; 0: not timed
   // The reference computed on the device for host operands (the CLI passes
   // fp4gap::gpu_reference_gemm: double accumulation, d and abs_sum like reference_gemm). Used

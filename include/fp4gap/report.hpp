@@ -50,6 +50,10 @@ struct GemmRow {
   std::optional<double> pct_compute_roof;    // compute roof / median * 100
   std::optional<double> pct_memory_roof;     // memory roof / median * 100
   std::optional<double> pct_of_problem_roof; // roof of the problem's own formats / median * 100
+  // The read floor: `fp4gap peak`'s read kernel streaming the same bytes as roof_us counts, timed
+  // like the row (graph, cold copies), and read_us / median_us * 100. GPU rows only.
+  std::optional<double> read_us;
+  std::optional<double> pct_of_read;
   std::string bound;                         // memory / compute / launch_latency
   std::string bound_reason;
   std::optional<double> speedup_vs_cublas_bf16;  // cublas-bf16 median / this median, same run

@@ -150,6 +150,17 @@ void fill_rates(const GemmProblem& p, OperandFormat a_moved, OperandFormat b_mov
   moved.b_format = b_moved;
   row.tflops = gemm_flops(p) / seconds / 1e12;
   row.gbps = gemm_min_bytes(moved) / seconds / 1e9;
+  if (device_row && row.mode == "graph" && o.time_device_read) {
+    try {
+      const Timing read = o.time_device_read(gemm_min_bytes(moved), o.device, o.timing);
+      if (read.graph.median_us > 0) {
+        row.read_us = read.graph.median_us;
+        row.pct_of_read = read.graph.median_us / *row.median_us * 100.0;
+      }
+    } catch (const std::exception& e) {
+      add_warning(row, std::string("read floor not measured: ") + e.what());
+    }
+  }
   if (!device_row || !o.ceilings) return;
 
   const RooflinePoint own = roofline(p, a_moved, b_moved, *o.ceilings);

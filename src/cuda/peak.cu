@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <ctime>
 #include <functional>
@@ -13,6 +14,7 @@
 #include "cuda/cublaslt_matmul.cuh"
 #include "fp4gap/cuda_api.hpp"
 #include "fp4gap/format.hpp"
+#include "fp4gap/timing.hpp"
 
 namespace fp4gap {
 namespace {
@@ -219,6 +221,24 @@ void launch_copy(const void* src, void* dst, std::size_t bytes, const DeviceCont
   copy_kernel<<<grid_for(device), 256, 0, cuda::as_stream(stream)>>>(static_cast<const int4*>(src),
                                                                       static_cast<int4*>(dst), bytes / sizeof(int4));
   CUDA_CHECK_LAUNCH();
+}
+
+Timing time_read(double bytes, const DeviceContext& device, const TimingOptions& options) {
+  if (!(bytes > 0)) throw InvalidArgument("time_read: bytes must be > 0: " + std::to_string(bytes));
+  CUDA_CHECK(cudaSetDevice(device.ordinal));
+  const std::size_t n = static_cast<std::size_t>(std::ceil(bytes / sizeof(int4)));
+  const int sets = input_sets_for_cold_cache(static_cast<double>(n * sizeof(int4)), device.l2_bytes);
+  DeviceBuffer<int4> buf(n * static_cast<std::size_t>(sets));
+  buf.fill_bytes(0x5A);
+  DeviceBuffer<unsigned int> sink(grid_for(device));
+  sink.fill_bytes(0);
+  return time_launch(
+      [&](int set, void* stream) {
+        read_kernel<<<grid_for(device), 256, 0, cuda::as_stream(stream)>>>(buf.get() + n * static_cast<std::size_t>(set),
+                                                                         n, sink.get());
+        CUDA_CHECK_LAUNCH();
+      },
+      sets, device, options);
 }
 
 Ceilings measure_ceilings(const DeviceContext& device) {

@@ -88,6 +88,8 @@ const std::vector<Field>& fields() {
       {"pct_compute_roof", [](const GemmRow& r, std::size_t) { return opt_json(r.pct_compute_roof); }},
       {"pct_memory_roof", [](const GemmRow& r, std::size_t) { return opt_json(r.pct_memory_roof); }},
       {"pct_of_problem_roof", [](const GemmRow& r, std::size_t) { return opt_json(r.pct_of_problem_roof); }},
+      {"read_us", [](const GemmRow& r, std::size_t) { return opt_json(r.read_us); }},
+      {"pct_of_read", [](const GemmRow& r, std::size_t) { return opt_json(r.pct_of_read); }},
       {"bound", [](const GemmRow& r, std::size_t) { return J(r.bound); }},
       {"bound_reason", [](const GemmRow& r, std::size_t) { return J(r.bound_reason); }},
       {"speedup_vs_cublas_bf16",
@@ -202,11 +204,11 @@ void write_table(std::ostream& out, const std::vector<GemmRow>& rows) {
   const std::vector<std::string> header = {"#",      "backend", "shape",  "m",       "n",     "k",
                                            "a",      "b",       "out",    "status",  "mode",  "med_us",
                                            "p20_us", "p80_us",  "evt_us", "floor_us", "TFLOP/s", "GB/s",
-                                           "%roof",  "%prob",   "bound",  "vs_bf16", "max_rel", "config"};
+                                           "%roof",  "%prob",   "%read",  "bound",  "vs_bf16", "max_rel", "config"};
   // Right-aligned numeric columns; text columns left-aligned.
   const std::vector<bool> numeric = {true,  false, false, true, true, true, false, false,
                                      false, false, false, true, true, true, true,  true,
-                                     true,  true,  true,  true, false, true, true, false};
+                                     true,  true,  true,  true, true, false, true, true, false};
   std::vector<std::vector<std::string>> cells;
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const GemmRow& r = rows[i];
@@ -230,6 +232,7 @@ void write_table(std::ostream& out, const std::vector<GemmRow>& rows) {
                      opt_rate(r.gbps),
                      opt_fixed(r.pct_of_roof, 1),
                      opt_fixed(r.pct_of_problem_roof, 1),
+                     opt_fixed(r.pct_of_read, 1),
                      r.bound.empty() ? "-" : r.bound,
                      r.speedup_vs_cublas_bf16 ? format_fixed(*r.speedup_vs_cublas_bf16, 2) + "x" : "-",
                      r.max_rel_error ? printf_double("%.1e", *r.max_rel_error) : "-",
@@ -310,6 +313,10 @@ std::vector<std::string> shape_verdicts(const std::vector<GemmRow>& rows) {
           << best->b_format << " roof)";
       }
       if (!best->bound.empty()) s << ", " << best->bound << "-bound: " << best->bound_reason;
+      if (best->read_us && best->pct_of_read) {
+        s << "; reading its bytes alone takes " << us_text(*best->read_us) << " here ("
+          << format_fixed(*best->pct_of_read, 1) << "% of its time)";
+      }
       s << ". ";
       if (!cublas) {
         s << "cublas-bf16 did not run, so there is no baseline.";

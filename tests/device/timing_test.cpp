@@ -223,6 +223,21 @@ TEST(Peak, LaunchCopyMovesEveryByteAndRefusesMisalignment) {
   EXPECT_THROW(launch_copy(src.get(), dst.get(), 24, gpu(), nullptr), InvalidArgument);
 }
 
+// The read floor reads cold copies: it never beats the datasheet bandwidth (an L2-resident copy
+// would), and it is no faster than the empty-kernel floor it includes.
+TEST(Peak, ReadFloorStreamsColdBytes) {
+  REQUIRE_GPU();
+  constexpr double kDatasheetH200BytesPerS = 4.8e12;
+  for (const double bytes : {7.08e6, 14.2e6, 37.7e6}) {  // the NVFP4 weights of glm5 seed / W13, 8192^2
+    const Timing t = time_read(bytes, gpu(), TimingOptions{});
+    EXPECT_GE(t.graph.median_us, bytes / kDatasheetH200BytesPerS * 1e6) << bytes << " bytes";
+    EXPECT_GE(t.graph.median_us, t.graph_floor_us) << bytes << " bytes";
+    std::printf("read floor of %.2f MB: graph %.2f us (%.2f TB/s), event %.2f us, empty kernel %.2f us\n", bytes / 1e6,
+                t.graph.median_us, bytes / t.graph.median_us / 1e6, t.event.median_us, t.graph_floor_us);
+  }
+  EXPECT_THROW(time_read(0.0, gpu(), TimingOptions{}), InvalidArgument);
+}
+
 TEST(Peak, NoDeviceThrowsWithTheReason) {
   DeviceContext none;
   none.unavailable_reason = "no CUDA device: test";

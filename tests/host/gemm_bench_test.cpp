@@ -195,7 +195,15 @@ struct DeviceFixture {
       t.warnings = {"clock throttled"};
       return t;
     };
+    // The read floor: twice the bytes' time at the memory ceiling, plus the launch floor.
+    o.time_device_read = [this](double bytes, const DeviceContext&, const TimingOptions&) {
+      read_bytes.push_back(bytes);
+      Timing t;
+      t.graph = {bytes / 2e12 * 1e6 + 1.0, 0.0, 0.0, 20};
+      return t;
+    };
   }
+  std::vector<double> read_bytes;
 };
 
 TEST(GemmBench, DeviceRowsAreTimedOnColdSetsWithRooflineAndSpeedup) {
@@ -238,6 +246,14 @@ TEST(GemmBench, DeviceRowsAreTimedOnColdSetsWithRooflineAndSpeedup) {
   ASSERT_EQ(b.status, RowStatus::passed) << b.reason;
   EXPECT_DOUBLE_EQ(*b.roof_us, bf16_bytes / 4e12 * 1e6);  // its own (BF16) bytes
   EXPECT_DOUBLE_EQ(*b.pct_of_problem_roof, nvfp4_bytes / 4e12 / 10e-6 * 100.0);  // vs the NVFP4 limit
+
+  // The read floor of each row's own bytes, timed like the row.
+  EXPECT_EQ(f.read_bytes, (std::vector<double>{nvfp4_bytes, bf16_bytes}));
+  ASSERT_TRUE(r.read_us && r.pct_of_read && b.read_us && b.pct_of_read);
+  EXPECT_DOUBLE_EQ(*r.read_us, nvfp4_bytes / 2e12 * 1e6 + 1.0);
+  EXPECT_DOUBLE_EQ(*r.pct_of_read, (nvfp4_bytes / 2e12 * 1e6 + 1.0) / 5.0 * 100.0);
+  EXPECT_DOUBLE_EQ(*b.read_us, bf16_bytes / 2e12 * 1e6 + 1.0);
+  EXPECT_DOUBLE_EQ(*b.pct_of_read, (bf16_bytes / 2e12 * 1e6 + 1.0) / 10.0 * 100.0);
   EXPECT_DOUBLE_EQ(*b.speedup_vs_cublas_bf16, 1.0);
 
   // The BF16 views hold the same values as the NVFP4 operands: one reference for both.
@@ -284,6 +300,21 @@ TEST(GemmBench, TimingFailureIsAnErrorNotAPass) {
   const std::vector<GemmRow> rows = run_gemm_bench({{"", small_w4a4(), Status::ok()}}, {&own}, f.o);
   EXPECT_EQ(rows[0].status, RowStatus::error);
   EXPECT_EQ(rows[0].reason.rfind("timing failed after the output verified: cudaGraphLaunch", 0), 0u) << rows[0].reason;
+}
+
+// The read floor is a yardstick: when it cannot be timed the row still passes, with a warning.
+TEST(GemmBench, ReadFloorFailureLeavesAWarning) {
+  DeviceFixture f;
+  f.o.time_device_read = [](double, const DeviceContext&, const TimingOptions&) -> Timing {
+    throw RuntimeError("cudaMalloc: out of memory");
+  };
+  FakeBackend own("own", {.on_device = true});
+  const std::vector<GemmRow> rows = run_gemm_bench({{"", small_w4a4(), Status::ok()}}, {&own}, f.o);
+  EXPECT_EQ(rows[0].status, RowStatus::passed) << rows[0].reason;
+  EXPECT_FALSE(rows[0].read_us.has_value());
+  EXPECT_FALSE(rows[0].pct_of_read.has_value());
+  EXPECT_NE(rows[0].warnings.find("read floor not measured: cudaMalloc: out of memory"), std::string::npos)
+      << rows[0].warnings;
 }
 
 TEST(GemmBench, HostBackendsAboveTheLimitAreSkipped) {

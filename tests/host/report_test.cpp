@@ -106,7 +106,7 @@ TEST(Report, CsvHeaderIsStable) {
             "index,backend,shape_name,problem,m,n,k,a_format,b_format,out_type,status,reason,config,reference,"
             "mode,median_us,p20_us,p80_us,samples,event_median_us,event_p20_us,event_p80_us,floor_us,"
             "event_floor_us,sm_clock_mhz,tflops,gbps,roof_us,pct_of_roof,pct_compute_roof,pct_memory_roof,"
-            "pct_of_problem_roof,bound,bound_reason,speedup_vs_cublas_bf16,max_abs_error,max_rel_error,warnings,"
+            "pct_of_problem_roof,read_us,pct_of_read,bound,bound_reason,speedup_vs_cublas_bf16,max_abs_error,max_rel_error,warnings,"
             "repro");
 }
 

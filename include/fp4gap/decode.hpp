@@ -326,10 +326,11 @@ Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, Math math, Weight
 
 // The policy: the kernel family (streaming for W4A16, shuffled weight, M <= kStreamingMaxM;
 // register-prefetch otherwise), the smallest activation tile holding M, then the configuration
-// and split-K factor minimising the family's cost model (the most loaded SM's weight bytes at the
-// bandwidth its resident warps can draw, L2 activation and partial-sum traffic; streaming also
-// its measured instruction-issue bound, fixed latency and split-K cost). Throws InvalidArgument on a bad shape or when no
-// configuration fits the device (the message names the bytes).
+// and split-K factor minimising the family's cost model (register-prefetch: the most loaded SM's
+// weight bytes at the bandwidth its resident warps can draw, L2 activation and partial-sum
+// traffic; streaming: per-configuration constants fitted to an H200 sweep for latency, split-K,
+// and the busiest SM's chunks). Throws InvalidArgument on a bad shape or when no configuration
+// fits the device (the message names the bytes).
 Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, Math math, WeightLayout layout,
                  const DeviceContext& device);
 // The model's estimate for a plan, in microseconds on a device like the H200 (for tests/tuning).

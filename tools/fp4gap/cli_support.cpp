@@ -3,9 +3,9 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <memory>
-#include <iostream>
 #include <sstream>
 
 #include "fp4gap/cuda_api.hpp"

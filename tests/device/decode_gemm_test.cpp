@@ -402,18 +402,20 @@ TEST(DecodeBackends, RunnersMatchTheReferenceOnEverySet) {
 // Every configuration and a range of split-K factors on the shapes, graph-timed over
 // rotated weight copies (cold weights), printed beside the policy's choice and its model estimate:
 // the data to refit the cost model in src/tune/decode_plan.cpp (docs/KERNELS-decode.md).
-// FP4GAP_SWEEP_STREAMING=1 sweeps only the streaming configs (W4A16) at M = 1, 4, 8, 16.
+// FP4GAP_SWEEP_FAMILY=streaming sweeps only the streaming configs (W4A16), =register-w4a4 only
+// the register-prefetch configs with W4A4, both at M = 1, 4, 8, 16 (the policy's fits).
 TEST(DecodeGemm, DISABLED_SweepConfigsAndSplits) {
   REQUIRE_GPU();
-  const char* streaming_env = std::getenv("FP4GAP_SWEEP_STREAMING");
-  const bool only_streaming = streaming_env != nullptr && std::string(streaming_env) == "1";
-  const std::vector<std::int64_t> ms = only_streaming ? std::vector<std::int64_t>{1, 4, 8, 16}
-                                                      : std::vector<std::int64_t>{1, 8, 16, 32, 64};
+  const char* family_env = std::getenv("FP4GAP_SWEEP_FAMILY");
+  const std::string family = family_env != nullptr ? family_env : "";
+  const bool only_streaming = family == "streaming", only_register_w4a4 = family == "register-w4a4";
+  const std::vector<std::int64_t> ms = only_streaming || only_register_w4a4 ? std::vector<std::int64_t>{1, 4, 8, 16}
+                                                                            : std::vector<std::int64_t>{1, 8, 16, 32, 64};
   struct Nk {
     std::int64_t n, k;
   };
   for (Math math : {Math::w4a16, Math::w4a4}) {
-    if (only_streaming && math != Math::w4a16) continue;
+    if ((only_streaming && math != Math::w4a16) || (only_register_w4a4 && math != Math::w4a4)) continue;
     for (const Nk s : {Nk{2048, 6144}, Nk{4096, 6144}, Nk{6144, 2048}, Nk{8192, 8192}}) {
       for (const std::int64_t m : ms) {
         const GemmInputs in = make_gemm_inputs(problem_of(math, m, s.n, s.k, OutputType::bf16), 1);
@@ -445,7 +447,7 @@ TEST(DecodeGemm, DISABLED_SweepConfigsAndSplits) {
         for (int ci = 0; ci < static_cast<int>(tile_configs().size()); ++ci) {
           const TileConfig& config = tile_configs()[static_cast<std::size_t>(ci)];
           if (config.max_m() < m || !config.serves(math, WeightLayout::shuffled)) continue;
-          if (only_streaming && !config.streaming()) continue;
+          if ((only_streaming && !config.streaming()) || (only_register_w4a4 && config.streaming())) continue;
           const Plan one = make_plan(m, s.n, s.k, math, WeightLayout::shuffled, ci, 1);
           for (std::int64_t split = 1; split <= one.k_chunks; split = split < 4 ? split + 1 : split * 3 / 2) {
             const Plan plan = make_plan(m, s.n, s.k, math, WeightLayout::shuffled, ci, static_cast<int>(split));

@@ -328,15 +328,18 @@ Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, Math math, Weight
 // register-prefetch otherwise), the smallest activation tile holding M, then the configuration
 // and split-K factor minimising the family's cost model (register-prefetch: the most loaded SM's
 // weight bytes at the bandwidth its resident warps can draw, L2 activation and partial-sum
-// traffic; streaming: per-configuration constants fitted to an H200 sweep for latency, split-K,
-// and the busiest SM's chunks). Throws InvalidArgument on a bad shape or when no configuration
-// fits the device (the message names the bytes).
+// traffic; streaming, and register-prefetch with W4A4 at M <= 16: per-configuration constants
+// fitted to an H200 sweep, over the sweep's splits only). Throws InvalidArgument on a bad shape
+// or when no configuration fits the device (the message names the bytes).
 Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, Math math, WeightLayout layout,
                  const DeviceContext& device);
 // The model's estimate for a plan, in microseconds on a device like the H200 (for tests/tuning).
 double estimate_plan_us(const Plan& plan, const DeviceContext& device);
 // Chunks the busiest SM streams when blocks go, in launch order, to the least loaded SM.
 double busiest_sm_chunks(const Plan& plan, int sm_count);
+// The split-K ladder the tuning sweep measures: 1, 2, 3, 4, then x1.5 (6, 9, 13, 19, 28, ...).
+// The policy weighs only these splits for the plans whose cost model is fitted to that sweep.
+constexpr int next_swept_split(int split) { return split < 4 ? split + 1 : split * 3 / 2; }
 
 // ---- Launch ----
 

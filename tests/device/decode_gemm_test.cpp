@@ -449,8 +449,8 @@ TEST(DecodeGemm, DISABLED_SweepConfigsAndSplits) {
           if (config.max_m() < m || !config.serves(math, WeightLayout::shuffled)) continue;
           if ((only_streaming && !config.streaming()) || (only_register_w4a4 && config.streaming())) continue;
           const Plan one = make_plan(m, s.n, s.k, math, WeightLayout::shuffled, ci, 1);
-          for (std::int64_t split = 1; split <= one.k_chunks; split = split < 4 ? split + 1 : split * 3 / 2) {
-            const Plan plan = make_plan(m, s.n, s.k, math, WeightLayout::shuffled, ci, static_cast<int>(split));
+          for (int split = 1; split <= one.k_chunks; split = next_swept_split(split)) {
+            const Plan plan = make_plan(m, s.n, s.k, math, WeightLayout::shuffled, ci, split);
             cuda::DeviceBuffer<std::uint8_t> workspace(static_cast<std::size_t>(std::max<std::int64_t>(plan.workspace_bytes(), 256)));
             workspace.fill_bytes(0);
             GemmArgs args;

@@ -200,7 +200,7 @@ constexpr double kWarpsForFullBandwidth = 8.0; // resident warps an SM needs to 
 constexpr double kReductionUs = 0.8;           // fence, counter round trip, last block's latency
 constexpr double kWeightBytesPerValue = 0.5 + 1.0 / kBlockSize;
 // Streaming kernel: per configuration, fit to the H200 sweep of PERF-LOG run 20 (every config x
-// split at M = 1, 4, 8, 16 on the four decode shapes, graph-timed, cold weights; non-negative
+// swept split at M = 1, 4, 8, 16 on the four decode shapes, graph-timed, cold weights; non-negative
 // least squares on the relative error, median error 7-16%; the pick is within 4% of the sweep's
 // best at all 16 points). The time is launch and first-byte latency, the split-K reduction (a
 // step for any split plus a cost per split), and the busiest SM's chunks, each costing more per

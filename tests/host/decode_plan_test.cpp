@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -192,28 +193,20 @@ TEST(DecodePlan, ChoosesTilesAndSplitsThatFillTheMachine) {
   }
 }
 
-// The streaming policy against the H200 sweep its model was fit to (PERF-LOG run 20: every
-// streaming config x split at M = 1, 4, 8, 16, graph-timed, cold weights): the plan it picks at
-// each point, within 4% of the sweep's fastest (in brackets where another was faster), and the
-// model within 20% of the picked plan's measured time.
-TEST(DecodePlan, PicksTheStreamingSweepsBestPlanOnTheH200) {
-  struct Point {
-    std::int64_t m, n, k;
-    int config, split;
-    double measured_us;
-  };
+// A point of a tuning sweep: the plan the policy must pick there and that plan's measured time.
+struct SweptPick {
+  std::int64_t m, n, k;
+  int config, split;
+  double measured_us;
+};
+
+// The policy picks each point's plan, and the model is within 20% of its measured time.
+void expect_picks(Math math, std::initializer_list<SweptPick> points) {
   const DeviceContext dev = h200_context();
-  for (const Point pt : {Point{1, 2048, 6144, 11, 1, 4.99}, Point{1, 4096, 6144, 12, 1, 7.85},   // [13: 7.56]
-                         Point{1, 6144, 2048, 13, 1, 5.64}, Point{1, 8192, 8192, 12, 1, 14.94},
-                         Point{4, 2048, 6144, 11, 1, 5.85}, Point{4, 4096, 6144, 12, 1, 8.14},   // [13: 7.94]
-                         Point{4, 6144, 2048, 13, 1, 5.95}, Point{4, 8192, 8192, 12, 1, 15.38},
-                         Point{8, 2048, 6144, 11, 1, 6.99}, Point{8, 4096, 6144, 12, 1, 8.96},   // [13: 6.83]
-                         Point{8, 6144, 2048, 13, 1, 6.94}, Point{8, 8192, 8192, 12, 1, 17.56},
-                         Point{16, 2048, 6144, 15, 1, 8.79}, Point{16, 4096, 6144, 16, 1, 10.47},
-                         Point{16, 6144, 2048, 16, 1, 8.39}, Point{16, 8192, 8192, 16, 1, 20.88}}) {
-    const Plan p = choose_plan(pt.m, pt.n, pt.k, Math::w4a16, WeightLayout::shuffled, dev);
-    const std::string what = "m" + std::to_string(pt.m) + " n" + std::to_string(pt.n) + " k" + std::to_string(pt.k) +
-                             ": " + p.describe();
+  for (const SweptPick& pt : points) {
+    const Plan p = choose_plan(pt.m, pt.n, pt.k, math, WeightLayout::shuffled, dev);
+    const std::string what = std::string(to_string(math)) + " m" + std::to_string(pt.m) + " n" +
+                             std::to_string(pt.n) + " k" + std::to_string(pt.k) + ": " + p.describe();
     EXPECT_EQ(p.config_index, pt.config) << what;
     EXPECT_EQ(p.split_k, pt.split) << what;
     const double us = estimate_plan_us(p, dev);
@@ -221,35 +214,37 @@ TEST(DecodePlan, PicksTheStreamingSweepsBestPlanOnTheH200) {
   }
 }
 
+// The streaming policy against the H200 sweep its model was fit to (PERF-LOG run 20: every
+// streaming config x swept split at M = 1, 4, 8, 16, graph-timed, cold weights): the plan it
+// picks at each point, within 4% of the sweep's fastest (in brackets where another was faster).
+TEST(DecodePlan, PicksTheStreamingSweepsBestPlanOnTheH200) {
+  expect_picks(Math::w4a16,
+               {SweptPick{1, 2048, 6144, 11, 1, 4.99}, SweptPick{1, 4096, 6144, 12, 1, 7.85},   // [13: 7.56]
+                SweptPick{1, 6144, 2048, 13, 1, 5.64}, SweptPick{1, 8192, 8192, 12, 1, 14.94},
+                SweptPick{4, 2048, 6144, 11, 1, 5.85}, SweptPick{4, 4096, 6144, 12, 1, 8.14},   // [13: 7.94]
+                SweptPick{4, 6144, 2048, 13, 1, 5.95}, SweptPick{4, 8192, 8192, 12, 1, 15.38},
+                SweptPick{8, 2048, 6144, 11, 1, 6.99}, SweptPick{8, 4096, 6144, 12, 1, 8.96},   // [13: 6.83]
+                SweptPick{8, 6144, 2048, 13, 1, 6.94}, SweptPick{8, 8192, 8192, 12, 1, 17.56},
+                SweptPick{16, 2048, 6144, 15, 1, 8.79}, SweptPick{16, 4096, 6144, 16, 1, 10.47},
+                SweptPick{16, 6144, 2048, 16, 1, 8.39}, SweptPick{16, 8192, 8192, 16, 1, 20.88}});
+}
+
 // The register-prefetch policy with W4A4 against the H200 sweep its constants were fit to
 // (PERF-LOG run 21, same method): the plan it picks at each point, within 7% of the sweep's
 // fastest (in brackets where another was faster) except at M = 1 on 6144 x 2048, where the
-// earlier model picked the same, and the model within 20% of the picked plan's measured time.
+// earlier model picked the same.
 TEST(DecodePlan, PicksTheRegisterW4a4SweepsBestPlanOnTheH200) {
-  struct Point {
-    std::int64_t m, n, k;
-    int config, split;
-    double measured_us;
-  };
-  const DeviceContext dev = h200_context();
-  for (const Point pt : {Point{1, 2048, 6144, 0, 1, 6.39}, Point{1, 4096, 6144, 0, 1, 8.59},
-                         Point{1, 6144, 2048, 0, 1, 7.08},  // [1 split 1: 6.09]
-                         Point{1, 8192, 8192, 1, 1, 17.88}, Point{4, 2048, 6144, 0, 1, 7.45},
-                         Point{4, 4096, 6144, 0, 1, 9.17}, Point{4, 6144, 2048, 1, 1, 6.31},
-                         Point{4, 8192, 8192, 1, 1, 18.33},
-                         Point{8, 2048, 6144, 2, 13, 7.86},  // [1 split 4: 7.74]
-                         Point{8, 4096, 6144, 2, 6, 11.08},  // [1 split 2: 10.39]
-                         Point{8, 6144, 2048, 1, 1, 6.89}, Point{8, 8192, 8192, 2, 4, 19.64},
-                         Point{16, 2048, 6144, 5, 13, 9.68}, Point{16, 4096, 6144, 5, 6, 12.96},
-                         Point{16, 6144, 2048, 4, 1, 8.91}, Point{16, 8192, 8192, 5, 4, 22.68}}) {
-    const Plan p = choose_plan(pt.m, pt.n, pt.k, Math::w4a4, WeightLayout::shuffled, dev);
-    const std::string what = "m" + std::to_string(pt.m) + " n" + std::to_string(pt.n) + " k" + std::to_string(pt.k) +
-                             ": " + p.describe();
-    EXPECT_EQ(p.config_index, pt.config) << what;
-    EXPECT_EQ(p.split_k, pt.split) << what;
-    const double us = estimate_plan_us(p, dev);
-    EXPECT_NEAR(us / pt.measured_us, 1.0, 0.2) << what << ": model " << us << " us, measured " << pt.measured_us;
-  }
+  expect_picks(Math::w4a4,
+               {SweptPick{1, 2048, 6144, 0, 1, 6.39}, SweptPick{1, 4096, 6144, 0, 1, 8.59},
+                SweptPick{1, 6144, 2048, 0, 1, 7.08},  // [1 split 1: 6.09]
+                SweptPick{1, 8192, 8192, 1, 1, 17.88}, SweptPick{4, 2048, 6144, 0, 1, 7.45},
+                SweptPick{4, 4096, 6144, 0, 1, 9.17}, SweptPick{4, 6144, 2048, 1, 1, 6.31},
+                SweptPick{4, 8192, 8192, 1, 1, 18.33},
+                SweptPick{8, 2048, 6144, 2, 13, 7.86},  // [1 split 4: 7.74]
+                SweptPick{8, 4096, 6144, 2, 6, 11.08},  // [1 split 2: 10.39]
+                SweptPick{8, 6144, 2048, 1, 1, 6.89}, SweptPick{8, 8192, 8192, 2, 4, 19.64},
+                SweptPick{16, 2048, 6144, 5, 13, 9.68}, SweptPick{16, 4096, 6144, 5, 6, 12.96},
+                SweptPick{16, 6144, 2048, 4, 1, 8.91}, SweptPick{16, 8192, 8192, 5, 4, 22.68}});
 }
 
 // The sweep's split ladder, which the fitted policies choose from.

@@ -333,6 +333,10 @@ Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, Math math, Weight
 // or when no configuration fits the device (the message names the bytes).
 Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, Math math, WeightLayout layout,
                  const DeviceContext& device);
+// Whether estimate_plan_us for this config and math comes from constants fitted to an H200 sweep
+// (streaming; register-prefetch with W4A4 at M <= 16) rather than the unfitted first-principles
+// model, which underestimates the register-prefetch kernel several times over.
+bool cost_model_is_fitted(const TileConfig& config, Math math);
 // The model's estimate for a plan, in microseconds on a device like the H200 (for tests/tuning).
 double estimate_plan_us(const Plan& plan, const DeviceContext& device);
 // Chunks the busiest SM streams when blocks go, in launch order, to the least loaded SM.

@@ -254,10 +254,6 @@ const RegisterW4a4Cost* register_w4a4_cost(const TileConfig& c, Math math) {
   return nullptr;
 }
 
-// Plans whose cost is fitted to a sweep are weighed at the sweep's splits only: between them the
-// fit's error is larger than the differences it would decide.
-bool fitted_to_sweep(const TileConfig& c, Math math) { return c.streaming() || register_w4a4_cost(c, math) != nullptr; }
-
 bool on_swept_ladder(std::int64_t split) {
   int s = 1;
   while (s < split) s = next_swept_split(s);
@@ -265,6 +261,10 @@ bool on_swept_ladder(std::int64_t split) {
 }
 
 }  // namespace
+
+bool cost_model_is_fitted(const TileConfig& config, Math math) {
+  return config.streaming() || register_w4a4_cost(config, math) != nullptr;
+}
 
 double busiest_sm_chunks(const Plan& p, int sm_count) {
   const int sms = std::max(1, sm_count);
@@ -364,7 +364,9 @@ Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, Math math, Weig
       continue;
     }
     const std::int64_t k_chunks = ceil_div(ceil_div(k, kWindowK), c.windows_per_block_chunk());
-    const bool ladder_only = fitted_to_sweep(c, math);
+    // A fitted model is weighed at the sweep's splits only: between them its error is larger
+    // than the differences it would decide.
+    const bool ladder_only = cost_model_is_fitted(c, math);
     for (std::int64_t split = 1; split <= k_chunks; ++split) {
       if (ladder_only && !on_swept_ladder(split)) continue;
       const Plan p = make_plan(m, n, k, math, layout, i, static_cast<int>(split));

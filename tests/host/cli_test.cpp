@@ -383,15 +383,20 @@ TEST(Cli, PlanRanksThePrefillPlansForADatasheetGpu) {
 TEST(Cli, PlanGivesTheDecodePlanAtSmallM) {
   const CliResult r = run_cli("plan --m 1,64,65 --n 2048 --k 6144 --device 'H200 SXM'");
   ASSERT_EQ(r.code, 0) << r.err;
-  std::size_t lines = 0;
-  for (std::size_t at = r.out.find("decode kernel (fp4gap-decode-w4a16): "); at != std::string::npos;
-       at = r.out.find("decode kernel (fp4gap-decode-w4a16): ", at + 1)) {
-    ++lines;
+  for (const std::string line : {"decode kernel (fp4gap-decode-w4a16): ", "decode kernel (fp4gap-decode-w4a4): "}) {
+    std::size_t lines = 0;
+    for (std::size_t at = r.out.find(line); at != std::string::npos; at = r.out.find(line, at + 1)) ++lines;
+    EXPECT_EQ(lines, 2u) << line << "\n" << r.out;  // M = 1 and 64; the decode kernels stop at M = 64
   }
-  EXPECT_EQ(lines, 2u) << r.out;  // M = 1 and 64; the decode kernels stop at M = 64
-  EXPECT_TRUE(has(r.out, "cp.async ring per warp")) << r.out;        // M = 1: the streaming kernel
-  EXPECT_TRUE(has(r.out, "its model predicts")) << r.out;
-  EXPECT_TRUE(has(r.out, "never fitted to measurements")) << r.out;  // M = 64: register prefetch
+  EXPECT_TRUE(has(r.out, "cp.async ring per warp")) << r.out;  // M = 1, W4A16: the streaming kernel
+  // M = 1: both fitted (streaming; register prefetch with W4A4); M = 64: register prefetch, unfitted.
+  std::size_t predictions = 0;
+  for (std::size_t at = r.out.find("its model predicts"); at != std::string::npos;
+       at = r.out.find("its model predicts", at + 1)) {
+    ++predictions;
+  }
+  EXPECT_EQ(predictions, 2u) << r.out;
+  EXPECT_TRUE(has(r.out, "never fitted to measurements")) << r.out;
 }
 
 TEST(Cli, PlanSaysWhatItCannotPlan) {

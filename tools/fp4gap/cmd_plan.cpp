@@ -47,21 +47,23 @@ void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& 
                                      : "fp4gap-w4a16 / fp4gap-w4a4 and fp4gap-prefill-* take *")
       << "\n";
   if (s.m <= decode::kMaxM) {
-    // The decode kernels' own policy (docs/KERNELS-decode.md), for the same shape.
-    try {
-      const decode::Plan d = decode::choose_plan(s.m, s.n, s.k, decode::Math::w4a16, decode::WeightLayout::shuffled, device);
-      out << "  decode kernel (fp4gap-decode-w4a16): " << d.describe();
-      // Only the streaming kernel's model was fitted to measurements (PERF-LOG run 5); the
-      // register-prefetch model underestimates it several times over, so no number is printed.
-      if (d.config.streaming()) {
-        out << "; its model predicts " << std::fixed << std::setprecision(1) << decode::estimate_plan_us(d, device)
-            << " us";
-      } else {
-        out << " (its cost model was never fitted to measurements: no prediction)";
+    // The decode kernels' own policy (docs/KERNELS-decode.md), for the same shape, both maths.
+    // A prediction is printed only where the model was fitted to measurements.
+    for (const decode::Math math : {decode::Math::w4a16, decode::Math::w4a4}) {
+      out << "  decode kernel (fp4gap-decode-" << decode::to_string(math) << "): ";
+      try {
+        const decode::Plan d = decode::choose_plan(s.m, s.n, s.k, math, decode::WeightLayout::shuffled, device);
+        out << d.describe();
+        if (decode::cost_model_is_fitted(d.config, math)) {
+          out << "; its model predicts " << std::fixed << std::setprecision(1) << decode::estimate_plan_us(d, device)
+              << " us";
+        } else {
+          out << " (its cost model was never fitted to measurements: no prediction)";
+        }
+      } catch (const InvalidArgument& e) {
+        out << "not supported: " << e.what();
       }
       out << "\n";
-    } catch (const InvalidArgument& e) {
-      out << "  decode kernel: not supported: " << e.what() << "\n";
     }
   }
   out << "    " << std::left << std::setw(52) << "config" << std::right << std::setw(6) << "split" << std::setw(7)

@@ -33,6 +33,8 @@ GemmRow passed_row() {
   r.tflops = 68.2;
   r.gbps = 4012.0;
   r.pct_of_roof = 93.5;
+  r.read_us = 9.4;
+  r.pct_of_read = 79.66;
   r.bound = "memory";
   r.bound_reason = "moves 50.5 MB: 11.8 us at 4.27 TB/s";
   r.speedup_vs_cublas_bf16 = 1.0;
@@ -57,6 +59,8 @@ GemmRow broken_row() {
   r.tflops.reset();
   r.gbps.reset();
   r.pct_of_roof.reset();
+  r.read_us.reset();
+  r.pct_of_read.reset();
   r.bound.clear();
   r.bound_reason.clear();
   r.speedup_vs_cublas_bf16.reset();
@@ -187,6 +191,11 @@ TEST(Report, TableShowsBrokenRowsNotesAndOneReproPerRow) {
   EXPECT_EQ(lines[2].find("BROKEN"), col) << s;
   EXPECT_NE(lines[1].find("11.8"), std::string::npos);
   EXPECT_NE(lines[1].find("1.00x"), std::string::npos);
+  // %read follows %prob, right-aligned: the passed row's read floor takes 79.7% of its time.
+  const std::size_t read_col = lines[0].find("%read");
+  ASSERT_NE(read_col, std::string::npos) << s;
+  EXPECT_GT(read_col, lines[0].find("%prob"));
+  EXPECT_EQ(lines[1].find("79.7") + std::string("79.7").size(), read_col + std::string("%read").size()) << s;
   EXPECT_NE(s.find("[2] incorrect: element [3, 17]"), std::string::npos) << s;
   EXPECT_NE(s.find("[1] memory-bound: moves 50.5 MB"), std::string::npos) << s;
   EXPECT_NE(s.find("[1] fp4gap gemm --m 16 --n 4096 --k 6144 --backends cublas-bf16"), std::string::npos) << s;
@@ -201,6 +210,8 @@ TEST(Report, VerdictPerShapeNamesTheBestTheGapAndTheBroken) {
   own.median_us = 5.0;
   own.pct_of_roof = 40.0;
   own.pct_of_problem_roof = 40.0;
+  own.read_us = 4.1;
+  own.pct_of_read = 82.0;
   GemmRow host = passed_row();
   host.backend = "cpu-reference";
   host.mode = "host";
@@ -222,6 +233,7 @@ TEST(Report, VerdictPerShapeNamesTheBestTheGapAndTheBroken) {
                        0),
             0u)
       << v[0];
+  EXPECT_NE(v[0].find("; reading its bytes alone takes 4.10 us here (82.0% of its time). "), std::string::npos) << v[0];
   EXPECT_NE(v[0].find("2.00x faster than cublas-bf16 (10.0 us)."), std::string::npos) << v[0];
   EXPECT_NE(v[0].find("BROKEN (wrong results, not timed): bad."), std::string::npos) << v[0];
   EXPECT_EQ(v[1], "glm5.W2/tp3 m16 n6144 k682 nvfp4 x nvfp4 -> bf16: invalid problem: " + invalid.reason + ".");

@@ -248,14 +248,13 @@ struct TileConfig {
   int windows_per_chunk = 2;  // 128-column windows per warp per pipeline chunk
   int min_blocks_per_sm = 4;  // __launch_bounds__ minimum: caps registers at 64K / (threads * this)
   // 0: the register-prefetch kernel (next chunk's weights in registers, activations shared by the
-  // block in two cp.async stages). S >= 2: the streaming kernel, W4A16 with the shuffled weight
-  // only: each lane cp.asyncs its own weight and activation fragments into a ring of S windows
-  // private to its warp (windows_per_chunk is 1).
+  // block in two cp.async stages). S >= 2: the streaming kernel, shuffled weight only: each lane
+  // cp.asyncs its own weight and 16-bit activation fragments into a ring of S windows private to
+  // its warp (windows_per_chunk is 1); W4A4 activations are first dequantized to FP16 by a pass
+  // of their own (Plan::dequantizes_activations).
   int stages = 0;
   bool streaming() const { return stages > 0; }
-  bool serves(Math math, WeightLayout layout) const {
-    return !streaming() || (math == Math::w4a16 && layout == WeightLayout::shuffled);
-  }
+  bool serves(Math /*math*/, WeightLayout layout) const { return !streaming() || layout == WeightLayout::shuffled; }
   // Streaming: bytes of one ring slot (weights of mt tiles, B fragments of nt activation tiles).
   std::int64_t stream_slot_bytes() const;
 
@@ -301,7 +300,12 @@ struct Plan {
   std::int64_t k_chunks = 0;    // ceil(k_windows / windows_per_block_chunk)
 
   std::int64_t blocks() const { return row_blocks * split_k; }
-  // fp32 partials of every split plus one arrival counter per row block; 0 when split_k == 1.
+  // W4A4 on the streaming kernel: a first launch writes the activations as FP16 (e2m1 * scale *
+  // 2^-7, exact) to the front of the workspace, which the streaming kernel reads like W4A16's bf16.
+  bool dequantizes_activations() const { return math == Math::w4a4 && config.streaming(); }
+  std::int64_t activation_workspace_bytes() const;  // M * K * 2 rounded up to 256, or 0
+  // The FP16 activations, then (split_k > 1) fp32 partials of every split and one arrival counter
+  // per row block; 0 when neither is needed.
   std::int64_t workspace_bytes() const;
   std::int64_t workspace_partial_floats() const;
   std::string describe() const;  // config name plus ", split-k S (C chunks of 128*G per split)"
@@ -319,18 +323,20 @@ FP4GAP_HD constexpr ChunkRange split_chunk_range(std::int64_t k_chunks, int spli
 }
 
 // A plan for an explicit configuration and split; throws InvalidArgument on a bad shape, a
-// config_index outside the list, M above the config's max_m, a streaming config for W4A4 or the
-// plain layout, or split_k outside [1, k_chunks].
+// config_index outside the list, M above the config's max_m, a streaming config with the plain
+// layout, or split_k outside [1, k_chunks].
 Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, Math math, WeightLayout layout, int config_index,
                int split_k);
 
-// The policy: the kernel family (streaming for W4A16, shuffled weight, M <= kStreamingMaxM;
-// register-prefetch otherwise), the smallest activation tile holding M, then the configuration
-// and split-K factor minimising the family's cost model (register-prefetch: the most loaded SM's
-// weight bytes at the bandwidth its resident warps can draw, L2 activation and partial-sum
-// traffic; streaming, and register-prefetch with W4A4 at M <= 16: per-configuration constants
-// fitted to an H200 sweep, over the sweep's splits only). Throws InvalidArgument on a bad shape
-// or when no configuration fits the device (the message names the bytes).
+// The policy: the kernel families (W4A16, shuffled weight, M <= kStreamingMaxM: streaming; W4A4,
+// shuffled weight, M <= kStreamingMaxM: streaming after the activation pass, or register-prefetch,
+// whose costs are both fitted; register-prefetch otherwise), in each the smallest activation tile
+// holding M, then the configuration and split-K factor minimising the cost model
+// (register-prefetch: the most loaded SM's weight bytes at the bandwidth its resident warps can
+// draw, L2 activation and partial-sum traffic; streaming, and register-prefetch with W4A4 at M <=
+// 16: per-configuration constants fitted to an H200 sweep, over the sweep's splits only). Throws
+// InvalidArgument on a bad shape or when no configuration fits the device (the message names the
+// bytes).
 Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, Math math, WeightLayout layout,
                  const DeviceContext& device);
 // Whether estimate_plan_us for this config and math comes from constants fitted to an H200 sweep

@@ -48,6 +48,7 @@ std::string TileConfig::name(Math math, WeightLayout layout) const {
   os << " x " << mt << " m16, ";
   if (streaming()) {
     os << stages << "-window cp.async ring per warp";
+    if (math == Math::w4a4) os << " after an fp16 activation pass";
   } else {
     os << (math == Math::w4a16 ? "2 stages" : "1 stage + register prefetch");
   }
@@ -131,9 +132,13 @@ std::int64_t Plan::workspace_partial_floats() const {
   return static_cast<std::int64_t>(split_k) * row_blocks * config.row_groups() * config.mt * config.nt * 4 * 32;
 }
 
+std::int64_t Plan::activation_workspace_bytes() const {
+  return dequantizes_activations() ? round_up(m * k * 2, 256) : 0;
+}
+
 std::int64_t Plan::workspace_bytes() const {
-  if (split_k <= 1) return 0;
-  return workspace_partial_floats() * 4 + round_up(row_blocks * 4, 256);
+  const std::int64_t partials = split_k > 1 ? workspace_partial_floats() * 4 + round_up(row_blocks * 4, 256) : 0;
+  return activation_workspace_bytes() + partials;
 }
 
 std::string Plan::describe() const {
@@ -166,8 +171,7 @@ Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, Math math, Weight
   p.config = configs[static_cast<std::size_t>(config_index)];
   if (!p.config.serves(math, layout)) {
     std::ostringstream os;
-    os << p.config.name(math, layout) << " streams bf16 activations and the shuffled weight only: config_index = "
-       << config_index;
+    os << p.config.name(math, layout) << " streams the shuffled weight only: config_index = " << config_index;
     throw InvalidArgument(os.str());
   }
   if (m > p.config.max_m()) {
@@ -219,6 +223,9 @@ constexpr StreamCost kStreamCosts[] = {
     {1, 2, 4, 0.7155, 2.2073, 0.7549, 0.3008, 0.0179, 0.0838},
     {2, 2, 4, 1.5272, 2.5662, 0.9484, 0.4795, 0.0126, 0.0},
 };
+// W4A4 on the streaming kernel: what the FP16 activation pass adds (its launch, overlapped with
+// the streaming kernel's start by a programmatic launch).
+constexpr double kActivationPassUs = 1.2;
 const StreamCost& stream_cost(const TileConfig& c) {
   for (const StreamCost& s : kStreamCosts) {
     if (s.mt == c.mt && s.nt == c.nt && s.warps == c.warps) return s;
@@ -315,7 +322,8 @@ double estimate_plan_us(const Plan& p, const DeviceContext& device) {
     const double resident_warps = resident * c.warps;
     const double per_chunk = sc.chunk_us + sc.chunk_row_us * (rows_copied - 1.0) +
                              sc.chunk_thin_us * std::max(0.0, kWarpsForFullBandwidth / resident_warps - 1.0);
-    return sc.fixed_us + (p.split_k > 1 ? sc.split_step_us : 0.0) + sc.per_split_us * p.split_k + chunks * per_chunk;
+    return sc.fixed_us + (p.split_k > 1 ? sc.split_step_us : 0.0) + sc.per_split_us * p.split_k + chunks * per_chunk +
+           (p.dequantizes_activations() ? kActivationPassUs : 0.0);
   }
   if (const RegisterW4a4Cost* rc = register_w4a4_cost(c, p.math)) {
     const double slots = sms * std::max(1.0, std::min(static_cast<double>(c.min_blocks_per_sm), smem_limited));
@@ -341,15 +349,19 @@ Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, Math math, Weig
   const Status shape = check_shape(m, n, k, math);
   if (!shape.is_ok()) throw InvalidArgument(shape.reason);
   const auto& configs = tile_configs();
-  // W4A16 with the shuffled weight at M <= 16: the streaming kernel measured faster than the
-  // register-prefetch one on every swept shape (PERF-LOG run 5); above, the register-prefetch
-  // kernel's block-shared activations won on most. The two models are not comparable (only the
-  // streaming one is fit to measurements), so the kernel family is chosen first.
-  const bool streaming = math == Math::w4a16 && layout == WeightLayout::shuffled && m <= kStreamingMaxM;
-  // Only the smallest activation tile that holds M: larger ones only multiply idle mma columns.
-  int tile_m = 0;
+  // At M <= 16 with the shuffled weight the streaming kernel measured faster than the
+  // register-prefetch one with W4A16 on every swept shape (PERF-LOG run 5): only it is weighed.
+  // With W4A4 both families' models are fitted to measurements, so both are weighed. Elsewhere
+  // the register-prefetch kernel, whose model is not comparable to the fitted ones.
+  const bool streaming_allowed = layout == WeightLayout::shuffled && m <= kStreamingMaxM;
+  const bool register_allowed = !streaming_allowed || math == Math::w4a4;
+  auto allowed = [&](const TileConfig& c) { return c.streaming() ? streaming_allowed : register_allowed; };
+  // In each family only the smallest activation tile that holds M: larger ones only multiply idle
+  // mma columns.
+  int tile_m[2] = {0, 0};  // [streaming]
   for (const TileConfig& c : configs) {
-    if (c.streaming() == streaming && c.max_m() >= m && (tile_m == 0 || c.max_m() < tile_m)) tile_m = c.max_m();
+    int& t = tile_m[c.streaming() ? 1 : 0];
+    if (allowed(c) && c.max_m() >= m && (t == 0 || c.max_m() < t)) t = c.max_m();
   }
   bool found = false;
   Plan best;
@@ -357,7 +369,7 @@ Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, Math math, Weig
   std::string infeasible;
   for (int i = 0; i < static_cast<int>(configs.size()); ++i) {
     const TileConfig& c = configs[static_cast<std::size_t>(i)];
-    if (c.max_m() != tile_m || c.streaming() != streaming || !c.serves(math, layout)) continue;
+    if (!allowed(c) || c.max_m() != tile_m[c.streaming() ? 1 : 0] || !c.serves(math, layout)) continue;
     const Status fits = check_tile_config(c, math, device);
     if (!fits.is_ok()) {
       infeasible = fits.reason;

@@ -36,11 +36,13 @@ constexpr Instantiation instantiate() {
             &decode_gemm_kernel<Math::w4a4, WeightLayout::shuffled, MT, NT, WARPS, WK, G, MIN_BLOCKS>}}};
 }
 
-// The streaming kernel exists for W4A16 with the shuffled weight only (TileConfig::serves).
+// The streaming kernel exists for the shuffled weight only (TileConfig::serves).
 template <int MT, int NT, int WARPS, int WK, int MIN_BLOCKS, int S>
 constexpr Instantiation instantiate_streaming() {
+  using device::decode_stream_kernel;
   return {TileConfig{MT, NT, WARPS, WK, 1, MIN_BLOCKS, S},
-          {{nullptr, &device::decode_stream_kernel<MT, NT, WARPS, WK, S, MIN_BLOCKS>}, {nullptr, nullptr}}};
+          {{nullptr, &decode_stream_kernel<Math::w4a16, MT, NT, WARPS, WK, S, MIN_BLOCKS>},
+           {nullptr, &decode_stream_kernel<Math::w4a4, MT, NT, WARPS, WK, S, MIN_BLOCKS>}}};
 }
 
 // Same order as tile_configs() (src/tune/decode_plan.cpp); checked at first use.
@@ -124,23 +126,36 @@ void launch_gemm(const Plan& plan, const GemmArgs& args, void* stream) {
   p.k_chunks = plan.k_chunks;
   p.k_windows = plan.k_windows;
   p.n_tiles = ceil_div(plan.n, kTileRows);
+  unsigned char* const workspace = static_cast<unsigned char*>(args.workspace);
   if (plan.split_k > 1) {
-    p.partials = static_cast<float*>(args.workspace);
-    p.counters = reinterpret_cast<unsigned int*>(static_cast<unsigned char*>(args.workspace) +
+    p.partials = reinterpret_cast<float*>(workspace + plan.activation_workspace_bytes());
+    p.counters = reinterpret_cast<unsigned int*>(workspace + plan.activation_workspace_bytes() +
                                                  plan.workspace_partial_floats() * 4);
   }
-  const dim3 grid(static_cast<unsigned int>(plan.row_blocks), static_cast<unsigned int>(plan.split_k));
-  const dim3 block(static_cast<unsigned int>(plan.config.threads()));
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = static_cast<std::size_t>(plan.config.smem_bytes(plan.math));
-  cfg.stream = cuda::as_stream(stream);
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr.val.programmaticStreamSerializationAllowed = 1;
+  bool programmatic = args.programmatic_launch;
+  if (plan.dequantizes_activations()) {
+    auto* fp16 = reinterpret_cast<std::uint16_t*>(workspace);
+    constexpr unsigned int kThreads = 256;
+    cudaLaunchConfig_t pass{};
+    pass.gridDim = dim3(static_cast<unsigned int>(ceil_div(plan.m * (plan.k / kBlockSize), kThreads)));
+    pass.blockDim = dim3(kThreads);
+    pass.stream = cuda::as_stream(stream);
+    pass.attrs = &attr;
+    pass.numAttrs = args.programmatic_launch ? 1 : 0;
+    CUDA_CHECK(cudaLaunchKernelEx(&pass, device::dequantize_activations_kernel, p, fp16));
+    p.a = fp16;
+    programmatic = true;  // behind our own pass, which writes neither the weight nor D
+  }
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned int>(plan.row_blocks), static_cast<unsigned int>(plan.split_k));
+  cfg.blockDim = dim3(static_cast<unsigned int>(plan.config.threads()));
+  cfg.dynamicSmemBytes = static_cast<std::size_t>(plan.config.smem_bytes(plan.math));
+  cfg.stream = cuda::as_stream(stream);
   cfg.attrs = &attr;
-  cfg.numAttrs = args.programmatic_launch ? 1 : 0;
+  cfg.numAttrs = programmatic ? 1 : 0;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
 }
 

@@ -503,9 +503,11 @@ struct StreamSlot {
   static constexpr int kBytes = kWeightBytes + NT * 4 * 32 * 16;
 };
 
-template <int MT, int NT, int WARPS, int WK, int S, int MIN_BLOCKS>
+// M: the mma type and the weight's shuffled encoding. The activations are 16-bit either way: bf16
+// (W4A16), or FP16 times 2^-7 written by dequantize_activations_kernel (W4A4).
+template <Math M, int MT, int NT, int WARPS, int WK, int S, int MIN_BLOCKS>
 __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_stream_kernel(const Params p) {
-  using T = Tile<Math::w4a16, WeightLayout::shuffled, MT, NT, WARPS, WK, 1>;
+  using T = Tile<M, WeightLayout::shuffled, MT, NT, WARPS, WK, 1>;
   using Slot = StreamSlot<MT, NT>;
   constexpr int kRingBytes = WARPS * S * Slot::kBytes;
   constexpr int kFlagOffset = kRingBytes > T::kScratchBytes ? kRingBytes : T::kScratchBytes;
@@ -637,6 +639,32 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_stream_kernel(c
   __syncthreads();  // the reductions reuse the rings
 
   tile.finish(acc, reinterpret_cast<int*>(smem + kFlagOffset));
+}
+
+// W4A4 on the streaming kernel: the NVFP4 activations [m, k] (scales linear or swizzled) to FP16
+// [m, k] once, e2m1 * scale * 2^-7 exactly (the register-prefetch kernel's conversion into shared
+// memory), one 16-element block per thread. It lets the streaming kernel, launched
+// programmatically behind it, start at once: that kernel reads the activations only after its
+// griddepcontrol.wait, i.e. after this grid has completed.
+__global__ void dequantize_activations_kernel(const Params p, std::uint16_t* out) {
+  cuda::wait_for_previous_grid();
+  cuda::allow_dependent_launch();
+  const std::int64_t blocks_per_row = p.k / kBlockSize;
+  const std::int64_t b = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (b >= p.m * blocks_per_row) return;
+  const ScaleLayout layout = p.a_swizzled ? ScaleLayout::swizzled_128x4 : ScaleLayout::linear;
+  const uint2 codes = *reinterpret_cast<const uint2*>(static_cast<const std::uint8_t*>(p.a) + b * 8);
+  const std::uint32_t scale =
+      scale_pair_from_e4m3<Math::w4a4>(p.a_scales[scale_offset(layout, b / blocks_per_row, b % blocks_per_row, p.k)]);
+  std::uint32_t v[8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[i] = multiply_pair<Math::w4a4>(unpack_plain_byte<Math::w4a4>(codes.x, i), scale);
+    v[4 + i] = multiply_pair<Math::w4a4>(unpack_plain_byte<Math::w4a4>(codes.y, i), scale);
+  }
+  uint4* dst = reinterpret_cast<uint4*>(out + b * 16);
+  dst[0] = make_uint4(v[0], v[1], v[2], v[3]);
+  dst[1] = make_uint4(v[4], v[5], v[6], v[7]);
 }
 
 }  // namespace fp4gap::decode::device

@@ -37,7 +37,7 @@
 namespace fp4gap::decode {
 
 inline constexpr int kMaxM = 64;                 // the decode kernels serve M <= 64
-inline constexpr int kStreamingMaxM = 16;        // choose_plan takes the streaming kernel up to here (W4A16)
+inline constexpr int kStreamingMaxM = 16;        // choose_plan weighs the streaming kernel up to here
 inline constexpr int kTileRows = 16;             // weight rows per mma tile
 inline constexpr int kWindowK = 128;             // k columns per window (4 threads x 32)
 inline constexpr int kWindowCodeBytes = kTileRows * kWindowK / 2;           // 1024

@@ -486,7 +486,7 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_gemm_kernel(con
   tile.finish(acc, reinterpret_cast<int*>(smem + T::kFlagOffset));
 }
 
-// ---- The streaming kernel (TileConfig::stages > 0, W4A16, shuffled weight) ----
+// ---- The streaming kernel (TileConfig::stages > 0, shuffled weight) ----
 //
 // v1 above holds the next chunk's weights in registers: about one chunk in flight per warp, and
 // with the registers that takes, 8-16 warps per SM. Nsight Compute on the H200 (PERF-LOG run 5)

@@ -419,7 +419,9 @@ void check_gemm_args(const Plan& plan, const GemmArgs& args) {
   if (!s.is_ok()) throw InvalidArgument(s.reason);
   if (args.workspace_bytes < plan.workspace_bytes()) {
     os << "decode: workspace of " << args.workspace_bytes << " bytes, split-k " << plan.split_k << " needs "
-       << plan.workspace_bytes() << " " << shape;
+       << plan.workspace_bytes();
+    if (plan.dequantizes_activations()) os << " (" << plan.activation_workspace_bytes() << " of them the fp16 activations)";
+    os << " " << shape;
     throw InvalidArgument(os.str());
   }
   if (plan.workspace_bytes() > 0) require(args.workspace, 256, "workspace");

@@ -120,6 +120,13 @@ TEST(DecodePlan, MakePlanRejectsBadChoices) {
   EXPECT_EQ(w4a4_split.workspace_bytes(),
             w4a4_split.activation_workspace_bytes() + w4a4_split.workspace_partial_floats() * 4 + 256);
   EXPECT_FALSE(make_plan(3, 64, 256, Math::w4a4, WeightLayout::shuffled, 0, 1).dequantizes_activations());
+  alignas(256) static std::uint8_t buf[64];
+  try {
+    check_gemm_args(w4a4, GemmArgs{.a = buf, .a_scales = buf, .w_codes = buf, .w_scales = buf, .d = buf});
+    FAIL() << "no workspace accepted for the activation pass";
+  } catch (const InvalidArgument& e) {
+    expect_contains(e.what(), "decode: workspace of 0 bytes, split-k 1 needs 12544 (12544 of them the fp16 activations)");
+  }
   EXPECT_FALSE(make_plan(3, 64, 256, Math::w4a16, WeightLayout::shuffled, si, 1).dequantizes_activations());
   for (Math math : {Math::w4a16, Math::w4a4}) {
     try {

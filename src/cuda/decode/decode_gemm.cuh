@@ -521,12 +521,18 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_stream_kernel(c
   // Slots of tiles past N and activation rows >= M are not written: what they hold reaches only
   // output rows >= N and columns >= M, which are never stored. Columns past K are zero-filled
   // (their weight codes are zero, and 0 * Inf would be NaN).
-  // Loop invariants of the copies, hoisted: every source advances by k_warps windows per chunk,
-  // so an issue is a few adds and its cp.asyncs (the first version recomputed the 64-bit
-  // shuffled-window index and every address per window: ~100 of its ~285 instructions).
+  // Iteration i (i = 0 .. live - 1) is this warp's window window0 + i * k_warps. Chunks of the
+  // split whose window for this k part lies past K are skipped altogether.
   const std::int64_t window0 = tile.window_of(range.begin, 0);
+  const std::int64_t in_k = window0 >= p.k_windows ? 0 : (p.k_windows - window0 + WK - 1) / WK;
+  const int live = static_cast<int>(range.end - range.begin < in_k ? range.end - range.begin : in_k);
+  // Only the last window can reach past K (its zero-filled columns).
+  const bool last_valid = live > 0 && (window0 + static_cast<std::int64_t>(live - 1) * WK) * kWindowK + 32 * tile.t < p.k;
   const std::uint32_t ring_lane = static_cast<std::uint32_t>(__cvta_generic_to_shared(ring)) + lane * 16;
   const std::uint32_t ring_scale = static_cast<std::uint32_t>(__cvta_generic_to_shared(ring)) + kWindowCodeBytes + lane * 4;
+  // The copy sources advance by k_warps windows per issue: running pointers, so that an issue is
+  // its cp.asyncs and one add per source (recomputing 64-bit addresses per window cost ~50 of the
+  // ~215 instructions of a window at M <= 8).
   const unsigned char* code_src[MT];
   const unsigned char* scale_src[MT];
   bool tile_live[MT];
@@ -547,33 +553,32 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_stream_kernel(c
     act_src[j] = a + (row_live[j] ? row : 0) * p.k + window0 * kWindowK + 32 * tile.t;
   }
 
-  // Iteration i (chunk range.begin + i) into ring slot `slot`.
-  auto issue = [&](std::int64_t i, int slot) {
-    const std::int64_t window = window0 + i * WK;
-    if (range.begin + i < range.end && window < p.k_windows) {
+  // Iteration i into ring slot `slot` (the sources are at iteration i: issues come in order).
+  auto issue = [&](int i, int slot) {
+    if (i < live) {
       const std::uint32_t s = ring_lane + slot * Slot::kBytes;
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         if (tile_live[mt]) {
-          const unsigned char* c = code_src[mt] + i * (WK * kWindowCodeBytes);
           const std::uint32_t d = s + mt * (kWindowCodeBytes + kWindowScaleBytes);
-          cp_async_shared_16(d, c, true);
-          cp_async_shared_16(d + 512, c + 512, true);
-          cp_async_shared_ca_4(ring_scale + slot * Slot::kBytes + mt * (kWindowCodeBytes + kWindowScaleBytes),
-                               scale_src[mt] + i * (WK * kWindowScaleBytes));
+          cp_async_shared_16(d, code_src[mt], true);
+          cp_async_shared_16(d + 512, code_src[mt] + 512, true);
+          cp_async_shared_ca_4(ring_scale + slot * Slot::kBytes + mt * (kWindowCodeBytes + kWindowScaleBytes), scale_src[mt]);
         }
+        code_src[mt] += WK * kWindowCodeBytes;
+        scale_src[mt] += WK * kWindowScaleBytes;
       }
-      const bool valid = window * kWindowK + 32 * tile.t < p.k;
+      const bool valid = i + 1 < live || last_valid;
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         if (row_live[j]) {
-          const std::uint16_t* src = act_src[j] + i * (WK * kWindowK);
 #pragma unroll
           for (int q = 0; q < 4; ++q) {
             // Past K the source is not read (src-size 0), so it need not be a valid address.
-            cp_async_shared_ca_16(s + Slot::kWeightBytes + (j * 4 + q) * 512, src + 8 * q, valid);
+            cp_async_shared_ca_16(s + Slot::kWeightBytes + (j * 4 + q) * 512, act_src[j] + 8 * q, valid);
           }
         }
+        act_src[j] += WK * kWindowK;
       }
     }
     cp_async_commit();  // also when empty: the group count stays uniform for cp_async_wait
@@ -593,7 +598,7 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_stream_kernel(c
   // the weight go to L2 meanwhile (lanes 0..7 one 128-byte line of codes each, lane 8 the scales).
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
-    if (range.begin + s < range.end && window0 + s * WK < p.k_windows && lane < 9) {
+    if (s < live && lane < 9) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         if (!tile_live[mt]) continue;
@@ -605,13 +610,16 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_stream_kernel(c
   cuda::wait_for_previous_grid();
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) issue(s, s);
-  int slot = 0;
-  for (std::int64_t c = range.begin; c < range.end; ++c) {
-    // The slot refilled here was read in the previous iteration, whose mma consumed those loads.
-    issue(c - range.begin + S - 1, slot == 0 ? S - 1 : slot - 1);
-    cp_async_wait<S - 1>();
-    if (tile.window_of(c, 0) < p.k_windows) {  // uniform per warp
-      const unsigned char* s = ring + slot * Slot::kBytes;
+  // Unrolled by S, so that every ring slot is a constant offset.
+  for (int i0 = 0; i0 < live; i0 += S) {
+#pragma unroll
+    for (int u = 0; u < S; ++u) {
+      const int i = i0 + u;
+      if (i >= live) break;  // uniform per warp
+      // The slot refilled here was read in the previous iteration, whose mma consumed those loads.
+      issue(i + S - 1, (u + S - 1) % S);
+      cp_async_wait<S - 1>();
+      const unsigned char* s = ring + u * Slot::kBytes;
       WeightRegs<MT, 1> r;
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
@@ -624,7 +632,6 @@ __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS) decode_stream_kernel(c
         return *reinterpret_cast<const uint4*>(s + Slot::kWeightBytes + (j * 4 + pair) * 512 + lane * 16);
       }, acc, acc_odd);
     }
-    slot = slot + 1 == S ? 0 : slot + 1;
   }
   cuda::allow_dependent_launch();
 #pragma unroll

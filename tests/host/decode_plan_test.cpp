@@ -235,41 +235,41 @@ void expect_picks(Math math, std::initializer_list<SweptPick> points) {
   }
 }
 
-// The streaming policy against the H200 sweep its model was fit to (PERF-LOG run 20: every
-// streaming config x swept split at M = 1, 4, 8, 16, graph-timed, cold weights): the plan it
-// picks at each point, within 4% of the sweep's fastest (in brackets where another was faster).
+// The streaming policy against the H200 sweep its model was fit to (PERF-LOG run 24,
+// docs/data/decode-streaming-sweep-run24.csv: every streaming config x swept split at M = 1, 4,
+// 8, 16, graph-timed, cold weights): the plan it picks at each point, within 7% of the sweep's
+// fastest (in brackets where another was faster).
 TEST(DecodePlan, PicksTheStreamingSweepsBestPlanOnTheH200) {
   expect_picks(Math::w4a16,
-               {SweptPick{1, 2048, 6144, 11, 1, 4.99}, SweptPick{1, 4096, 6144, 12, 1, 7.85},   // [13: 7.56]
-                SweptPick{1, 6144, 2048, 13, 1, 5.64}, SweptPick{1, 8192, 8192, 12, 1, 14.94},
-                SweptPick{4, 2048, 6144, 11, 1, 5.85}, SweptPick{4, 4096, 6144, 12, 1, 8.14},   // [13: 7.94]
-                SweptPick{4, 6144, 2048, 13, 1, 5.95}, SweptPick{4, 8192, 8192, 12, 1, 15.38},
-                SweptPick{8, 2048, 6144, 11, 1, 6.99}, SweptPick{8, 4096, 6144, 12, 1, 8.96},   // [13: 6.83]
-                SweptPick{8, 6144, 2048, 13, 1, 6.94}, SweptPick{8, 8192, 8192, 12, 1, 17.56},
-                SweptPick{16, 2048, 6144, 15, 1, 8.79}, SweptPick{16, 4096, 6144, 16, 1, 10.47},
-                SweptPick{16, 6144, 2048, 16, 1, 8.39}, SweptPick{16, 8192, 8192, 16, 1, 20.88}});
+               {SweptPick{1, 2048, 6144, 11, 1, 4.97}, SweptPick{1, 4096, 6144, 12, 1, 7.73},   // [13: 7.26]
+                SweptPick{1, 6144, 2048, 13, 1, 5.47}, SweptPick{1, 8192, 8192, 13, 1, 13.77},
+                SweptPick{4, 2048, 6144, 11, 1, 5.87}, SweptPick{4, 4096, 6144, 12, 1, 7.84},   // [13: 7.63]
+                SweptPick{4, 6144, 2048, 13, 1, 5.91}, SweptPick{4, 8192, 8192, 12, 1, 14.65},
+                SweptPick{8, 2048, 6144, 13, 1, 6.73}, SweptPick{8, 4096, 6144, 12, 1, 8.72},
+                SweptPick{8, 6144, 2048, 13, 1, 6.78}, SweptPick{8, 8192, 8192, 12, 1, 17.36},
+                SweptPick{16, 2048, 6144, 15, 1, 8.90}, SweptPick{16, 4096, 6144, 16, 1, 10.38},
+                SweptPick{16, 6144, 2048, 16, 1, 8.40}, SweptPick{16, 8192, 8192, 16, 1, 20.51}});
 }
 
 // The W4A4 policy against the H200 sweeps its constants were fit to (PERF-LOG run 21: every
-// register-prefetch config x swept split; run 23: every streaming config x swept split behind the
+// register-prefetch config x swept split; run 24: every streaming config x swept split behind the
 // FP16 activation pass; M = 1, 4, 8, 16, graph-timed, cold weights): the plan it picks at each
-// point (configs 0-5 register-prefetch, 11-16 streaming), in brackets where another was faster.
-// Against the register-prefetch picks alone, the streaming ones are 5-11% faster at 7 points and
-// 5% slower at M = 1 on 4096 x 6144.
+// point (configs 0-5 register-prefetch, 11-16 streaming) with its measured time, in brackets where
+// another was faster.
 TEST(DecodePlan, PicksTheW4a4SweepsBestPlanOnTheH200) {
   expect_picks(Math::w4a4,
                {SweptPick{1, 2048, 6144, 0, 1, 6.39},
-                SweptPick{1, 4096, 6144, 12, 1, 9.00},  // [0 split 1: 8.59, 13: 8.68]
-                SweptPick{1, 6144, 2048, 0, 1, 7.08},   // [1 split 1: 6.09]
-                SweptPick{1, 8192, 8192, 12, 1, 15.85}, // [13: 15.25]
-                SweptPick{4, 2048, 6144, 11, 1, 7.13}, SweptPick{4, 4096, 6144, 12, 1, 8.69},
-                SweptPick{4, 6144, 2048, 1, 1, 6.31}, SweptPick{4, 8192, 8192, 12, 1, 16.67},
-                SweptPick{8, 2048, 6144, 2, 13, 7.86},  // [13: 7.41]
-                SweptPick{8, 4096, 6144, 12, 1, 10.37}, SweptPick{8, 6144, 2048, 1, 1, 6.89},
-                SweptPick{8, 8192, 8192, 2, 4, 19.64},  // [16: 18.12]
-                SweptPick{16, 2048, 6144, 5, 13, 9.68}, SweptPick{16, 4096, 6144, 16, 1, 11.99},
+                SweptPick{1, 4096, 6144, 12, 1, 8.88},  // [13: 8.46, 0 split 1: 8.59]
+                SweptPick{1, 6144, 2048, 0, 1, 7.08},   // [1 split 1: 6.09, 13: 6.68]
+                SweptPick{1, 8192, 8192, 13, 1, 13.95}, SweptPick{4, 2048, 6144, 11, 1, 7.08},
+                SweptPick{4, 4096, 6144, 12, 1, 8.69}, SweptPick{4, 6144, 2048, 1, 1, 6.31},
+                SweptPick{4, 8192, 8192, 12, 1, 16.22},  // [13: 15.97]
+                SweptPick{8, 2048, 6144, 2, 13, 7.86},   // [13: 7.38]
+                SweptPick{8, 4096, 6144, 12, 1, 10.15}, SweptPick{8, 6144, 2048, 1, 1, 6.89},
+                SweptPick{8, 8192, 8192, 2, 4, 19.64},   // [12: 17.99]
+                SweptPick{16, 2048, 6144, 5, 13, 9.68}, SweptPick{16, 4096, 6144, 16, 1, 12.00},
                 SweptPick{16, 6144, 2048, 4, 1, 8.91},
-                SweptPick{16, 8192, 8192, 5, 4, 22.68}});  // [16: 22.13]
+                SweptPick{16, 8192, 8192, 5, 4, 22.68}});  // [16: 21.83]
 }
 
 // The sweep's split ladder, which the fitted policies choose from.

@@ -28,6 +28,7 @@
 #include <sstream>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "cuda/common.cuh"
@@ -241,10 +242,16 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
     const int frag_row = 64 * warpgroup + 16 * warp + g;  // this thread's first weight row in the tile
 
     float acc[kAcc];
-    // Fragments of two K blocks: block it is dequantized into frag[it % 2] while the wgmmas of
-    // block it - 1 (frag[(it - 1) % 2]) still run. The buffer index must be a compile-time
-    // constant (registers), hence the two-block unrolled loop below.
-    std::uint32_t frag[2][kSteps][4];
+    // wgmma groups (one per K block) left in flight after each commit. With one, a warpgroup
+    // waits for block it - 1 as soon as block it is issued, and block it + 1's dequantization
+    // must fit in block it's tensor time; the m64 / m128 tiles' blocks are short (64-128
+    // tensor-core cycles per wgmma, shared by both warpgroups), so they keep two.
+    constexpr int kInFlight = (KGROUPS == 1 && BM <= 128) ? 2 : 1;
+    constexpr int kBuffers = kInFlight + 1;
+    // Fragments of kBuffers K blocks: block it is dequantized into frag[it % kBuffers] while the
+    // wgmmas of the kInFlight blocks before it still run. The buffer index must be a compile-time
+    // constant (registers), hence the loop below unrolled by kBuffers.
+    std::uint32_t frag[kBuffers][kSteps][4];
 
     // Per-thread shared addresses in stage 0 and the descriptor of stage 0, computed once: per K
     // block only the stage's offset is added (32-bit ld.shared, see ptx::ld_shared_u32).
@@ -260,12 +267,16 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
     const std::uint64_t desc_hi = desc0 & ~std::uint64_t{0xFFFFFFFFu};
 
     // Ring position of the next K block (stage, phase), the same sequence as the producer's, and
-    // the stage of the block before it: that block's stage goes back to the producer once its
-    // wgmmas have completed (see below).
-    int stage = 0, last = STAGES - 1;
+    // the stages of the kInFlight blocks before it, oldest first: a block's stage goes back to the
+    // producer once its wgmmas have completed (see below).
+    int stage = 0;
     std::uint32_t phase = 0;
+    int pending[kInFlight];
+#pragma unroll
+    for (int j = 0; j < kInFlight; ++j) pending[j] = 0;
 
-    // The next K block of the current tile; `release`: the block before it belongs to this tile.
+    // The next K block of the current tile; `release`: the block kInFlight before it belongs to
+    // this tile.
     auto consume = [&](bool release, auto buffer) {
       constexpr int b = decltype(buffer)::value;
       ptx::mbarrier_wait(full_bar(stage), phase);
@@ -306,11 +317,13 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
 #pragma unroll
       for (int j = 0; j < kSteps; ++j) Wgmma<BM>::mma(acc, frag[b][j], desc[j]);
       ptx::wgmma_commit();
-      // The block before is complete: its stage goes back to the producer and its fragment buffer
-      // is free for the block after.
-      ptx::wgmma_wait<1>();
-      if (release && lane == 0) ptx::mbarrier_arrive(empty_bar(last));
-      last = stage;
+      // The block kInFlight before is complete: its stage goes back to the producer and its
+      // fragment buffer is free for the block after.
+      ptx::wgmma_wait<kInFlight>();
+      if (release && lane == 0) ptx::mbarrier_arrive(empty_bar(pending[0]));
+#pragma unroll
+      for (int j = 0; j + 1 < kInFlight; ++j) pending[j] = pending[j + 1];
+      pending[kInFlight - 1] = stage;
       const bool wrap = stage == STAGES - 1;
       stage = wrap ? 0 : stage + 1;
       phase ^= wrap ? 1u : 0u;
@@ -325,19 +338,27 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
       // No condition inside the loop body: with one there, ptxas cannot see where each wgmma group
-      // ends and serializes every wgmma (C7513). The tile's first block has nothing to release (the
-      // previous tile released its last block below).
+      // ends and serializes every wgmma (C7513). The tile's first kInFlight blocks have nothing to
+      // release (the previous tile released its last blocks below).
       int it = 0;
-      for (; it + 1 < iters; it += 2) {
-        consume(it > 0, std::integral_constant<int, 0>{});
-        consume(true, std::integral_constant<int, 1>{});
+      for (; it + kBuffers - 1 < iters; it += kBuffers) {
+        [&]<int... U>(std::integer_sequence<int, U...>) {
+          (consume(it + U >= kInFlight, std::integral_constant<int, U>{}), ...);
+        }(std::make_integer_sequence<int, kBuffers>{});
       }
-      if (it < iters) consume(it > 0, std::integral_constant<int, 0>{});
+      if (it < iters) consume(it >= kInFlight, std::integral_constant<int, 0>{});
+      if constexpr (kBuffers > 2) {
+        if (it + 1 < iters) consume(it + 1 >= kInFlight, std::integral_constant<int, 1>{});
+      }
+      static_assert(kBuffers <= 3, "the tail above consumes at most two blocks");
       ptx::wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) ptx::fence_register(acc[i]);
-      // The tile's last stage goes back too (the producer may be loading the next tile).
-      if (iters > 0 && lane == 0) ptx::mbarrier_arrive(empty_bar(last));
+      // The tile's last stages go back too (the producer may be loading the next tile).
+#pragma unroll
+      for (int j = 0; j < kInFlight; ++j) {
+        if (iters - kInFlight + j >= 0 && lane == 0) ptx::mbarrier_arrive(empty_bar(pending[j]));
+      }
       if (timeline != nullptr) t_mainloop_end = ptx::global_timer();
       // Every K block of this CTA has arrived: the next kernel may start its prologue on SMs
       // that free up (first call per CTA counts).
@@ -472,13 +493,32 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
         float* staged = reinterpret_cast<float*>(base_ptr + BM * kBlockN * 4);
         for (int i = static_cast<int>(share.begin); i < static_cast<int>(share.end); ++i) {
           const std::uint32_t local = ptx::smem_addr(&partial[i * (kConsumerWarpgroups * 128) + thread]);
-          float4 sum = ptx::load_cluster_f4(ptx::map_to_rank(local, 0));
-          for (int q = 1; q < split_k; ++q) {
-            const float4 v = ptx::load_cluster_f4(ptx::map_to_rank(local, static_cast<std::uint32_t>(q)));
-            sum.x += v.x;
-            sum.y += v.y;
-            sum.z += v.z;
-            sum.w += v.w;
+          // The ranks' quads are requested four at a time before any is added: one distributed-
+          // shared-memory round trip per four ranks instead of one per rank in a chain (that chain
+          // was most of the fitted split-K reduction cost, 0.7-5.9 us per CTA). Four, not all
+          // eight: more would spill the narrow tiles' 96 registers.
+          constexpr int kBatch = 4;
+          float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+          for (int q0 = 0; q0 < kMaxSplitK; q0 += kBatch) {
+            if (q0 >= split_k) break;
+            float4 part[kBatch];
+#pragma unroll
+            for (int q = 0; q < kBatch; ++q) {
+              if (q0 + q < split_k) part[q] = ptx::load_cluster_f4(ptx::map_to_rank(local, static_cast<std::uint32_t>(q0 + q)));
+            }
+#pragma unroll
+            for (int q = 0; q < kBatch; ++q) {
+              if (q0 + q >= split_k) break;
+              if (q0 + q == 0) {
+                sum = part[0];
+              } else {
+                sum.x += part[q].x;
+                sum.y += part[q].y;
+                sum.z += part[q].z;
+                sum.w += part[q].w;
+              }
+            }
           }
           const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
           const int band_row = 8 * (i - static_cast<int>(share.begin)) + 2 * t;

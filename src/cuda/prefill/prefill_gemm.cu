@@ -245,7 +245,8 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
     // wgmma groups (one per K block) left in flight after each commit. With one, a warpgroup
     // waits for block it - 1 as soon as block it is issued, and block it + 1's dequantization
     // must fit in block it's tensor time; the m64 / m128 tiles' blocks are short (64-128
-    // tensor-core cycles per wgmma, shared by both warpgroups), so they keep two.
+    // tensor-core cycles per wgmma, shared by both warpgroups), so they keep two (PERF-LOG run 26:
+    // ~1% faster; the m256 tile's accumulators leave no registers for a third buffer).
     constexpr int kInFlight = (KGROUPS == 1 && BM <= 128) ? 2 : 1;
     constexpr int kBuffers = kInFlight + 1;
     // Fragments of kBuffers K blocks: block it is dequantized into frag[it % kBuffers] while the
@@ -494,9 +495,9 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
         for (int i = static_cast<int>(share.begin); i < static_cast<int>(share.end); ++i) {
           const std::uint32_t local = ptx::smem_addr(&partial[i * (kConsumerWarpgroups * 128) + thread]);
           // The ranks' quads are requested four at a time before any is added: one distributed-
-          // shared-memory round trip per four ranks instead of one per rank in a chain (that chain
-          // was most of the fitted split-K reduction cost, 0.7-5.9 us per CTA). Four, not all
-          // eight: more would spill the narrow tiles' 96 registers.
+          // shared-memory round trip per four ranks instead of one per rank in a chain (PERF-LOG
+          // run 26: 2-6% per split launch). Four, not all eight: more would spill the narrow
+          // tiles' 96 registers. Adding in rank order keeps repeated runs bitwise equal.
           constexpr int kBatch = 4;
           float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll

@@ -251,25 +251,26 @@ TEST(DecodePlan, PicksTheStreamingSweepsBestPlanOnTheH200) {
                 SweptPick{16, 6144, 2048, 16, 1, 8.40}, SweptPick{16, 8192, 8192, 16, 1, 20.51}});
 }
 
-// The W4A4 policy against the H200 sweeps its constants were fit to (PERF-LOG run 21: every
-// register-prefetch config x swept split; run 24: every streaming config x swept split behind the
-// FP16 activation pass; M = 1, 4, 8, 16, graph-timed, cold weights): the plan it picks at each
-// point (configs 0-5 register-prefetch, 11-16 streaming) with its measured time, in brackets where
-// another was faster.
+// The W4A4 policy against the H200 sweep its streaming constants were fit to (PERF-LOG run 25,
+// docs/data/decode-sweep-run25.csv: every register-prefetch and every streaming config x swept
+// split, both behind the same call, M = 1, 4, 8, 16, graph-timed, cold weights; the
+// register-prefetch constants are run 21's, within 0.1% median of run 25): the plan it picks at
+// each point (configs 0-5 register-prefetch, 11-16 streaming) with its measured time, in brackets
+// where another was faster.
 TEST(DecodePlan, PicksTheW4a4SweepsBestPlanOnTheH200) {
   expect_picks(Math::w4a4,
-               {SweptPick{1, 2048, 6144, 0, 1, 6.39},
-                SweptPick{1, 4096, 6144, 12, 1, 8.88},  // [13: 8.46, 0 split 1: 8.59]
-                SweptPick{1, 6144, 2048, 0, 1, 7.08},   // [1 split 1: 6.09, 13: 6.68]
-                SweptPick{1, 8192, 8192, 13, 1, 13.95}, SweptPick{4, 2048, 6144, 11, 1, 7.08},
-                SweptPick{4, 4096, 6144, 12, 1, 8.69}, SweptPick{4, 6144, 2048, 1, 1, 6.31},
-                SweptPick{4, 8192, 8192, 12, 1, 16.22},  // [13: 15.97]
-                SweptPick{8, 2048, 6144, 2, 13, 7.86},   // [13: 7.38]
-                SweptPick{8, 4096, 6144, 12, 1, 10.15}, SweptPick{8, 6144, 2048, 1, 1, 6.89},
-                SweptPick{8, 8192, 8192, 2, 4, 19.64},   // [12: 17.99]
-                SweptPick{16, 2048, 6144, 5, 13, 9.68}, SweptPick{16, 4096, 6144, 16, 1, 12.00},
-                SweptPick{16, 6144, 2048, 4, 1, 8.91},
-                SweptPick{16, 8192, 8192, 5, 4, 22.68}});  // [16: 21.83]
+               {SweptPick{1, 2048, 6144, 11, 1, 6.45},  // [0 split 1: 6.42]
+                SweptPick{1, 4096, 6144, 13, 1, 8.38},
+                SweptPick{1, 6144, 2048, 13, 1, 6.62},  // [1 split 1: 6.13]
+                SweptPick{1, 8192, 8192, 13, 1, 13.99}, SweptPick{4, 2048, 6144, 11, 1, 6.98},
+                SweptPick{4, 4096, 6144, 12, 1, 8.52}, SweptPick{4, 6144, 2048, 1, 1, 6.34},
+                SweptPick{4, 8192, 8192, 12, 1, 16.06},  // [13: 15.79]
+                SweptPick{8, 2048, 6144, 2, 13, 7.84},   // [13: 7.30]
+                SweptPick{8, 4096, 6144, 12, 1, 10.04}, SweptPick{8, 6144, 2048, 1, 1, 6.89},
+                SweptPick{8, 8192, 8192, 12, 1, 17.88},  // [16: 17.55]
+                SweptPick{16, 2048, 6144, 5, 13, 9.68}, SweptPick{16, 4096, 6144, 16, 1, 11.93},
+                SweptPick{16, 6144, 2048, 4, 1, 8.99},
+                SweptPick{16, 8192, 8192, 5, 4, 22.74}});  // [16: 21.97]
 }
 
 // The sweep's split ladder, which the fitted policies choose from.

@@ -253,10 +253,10 @@ TEST(DecodePlan, PicksTheStreamingSweepsBestPlanOnTheH200) {
 
 // The W4A4 policy against the H200 sweep its streaming constants were fit to (PERF-LOG run 25,
 // docs/data/decode-sweep-run25.csv: every register-prefetch and every streaming config x swept
-// split, both behind the same call, M = 1, 4, 8, 16, graph-timed, cold weights; the
-// register-prefetch constants are run 21's, within 0.1% median of run 25): the plan it picks at
-// each point (configs 0-5 register-prefetch, 11-16 streaming) with its measured time, in brackets
-// where another was faster.
+// split, timed in one call, M = 1, 4, 8, 16, graph-timed, cold weights; the register-prefetch
+// constants are run 21's, which fit run 25's register plans as well as a refit): the plan it
+// picks at each point (configs 0-5 register-prefetch, 11-16 streaming) with its measured time,
+// in brackets where another was faster.
 TEST(DecodePlan, PicksTheW4a4SweepsBestPlanOnTheH200) {
   expect_picks(Math::w4a4,
                {SweptPick{1, 2048, 6144, 11, 1, 6.45},  // [0 split 1: 6.42]

@@ -102,6 +102,16 @@ __device__ __forceinline__ std::uint32_t component(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
+// One 16-element NVFP4 activation block (plain codes: `lo` holds columns 0-7, `hi` 8-15, even
+// column in the low nibble) as FP16 pairs e2m1 * scale * 2^-7, exact: v[i] holds columns 2i, 2i+1.
+// `scale` is the block's E4M3 byte.
+__device__ __forceinline__ void dequantize_activation_block(std::uint32_t lo, std::uint32_t hi, std::uint32_t scale,
+                                                            std::uint32_t (&v)[8]) {
+  const std::uint32_t s = scale_pair_from_e4m3<Math::w4a4>(scale);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) v[i] = multiply_pair<Math::w4a4>(unpack_plain_byte<Math::w4a4>(i < 4 ? lo : hi, i % 4), s);
+}
+
 // One chunk of a warp's weight in registers: per window and m16 tile, 32 bytes of codes and the
 // scale word (shuffled: 4 encoded bytes; plain: E4M3 bytes (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)).
 template <int MT, int G>
@@ -225,12 +235,9 @@ struct Tile {
       unsigned char* dst = smem + row * kRowBytes + seg * 80;
 #pragma unroll
       for (int half = 0; half < 2; ++half) {  // columns 16 * half .. +15 share scale byte `half`
-        const std::uint32_t s = scale_pair_from_e4m3<Math::w4a4>((r.scales[j] >> (8 * half)) & 0xFFu);
         std::uint32_t v[8];
-#pragma unroll
-        for (int b = 0; b < 8; ++b) {
-          v[b] = multiply_pair<Math::w4a4>(unpack_plain_byte<Math::w4a4>(component(r.codes[j], 2 * half + b / 4), b % 4), s);
-        }
+        dequantize_activation_block(component(r.codes[j], 2 * half), component(r.codes[j], 2 * half + 1),
+                                    (r.scales[j] >> (8 * half)) & 0xFFu, v);
         *reinterpret_cast<uint4*>(dst + 32 * half) = make_uint4(v[0], v[1], v[2], v[3]);
         *reinterpret_cast<uint4*>(dst + 32 * half + 16) = make_uint4(v[4], v[5], v[6], v[7]);
       }
@@ -661,14 +668,9 @@ __global__ void dequantize_activations_kernel(const Params p, std::uint16_t* out
   if (b >= p.m * blocks_per_row) return;
   const ScaleLayout layout = p.a_swizzled ? ScaleLayout::swizzled_128x4 : ScaleLayout::linear;
   const uint2 codes = *reinterpret_cast<const uint2*>(static_cast<const std::uint8_t*>(p.a) + b * 8);
-  const std::uint32_t scale =
-      scale_pair_from_e4m3<Math::w4a4>(p.a_scales[scale_offset(layout, b / blocks_per_row, b % blocks_per_row, p.k)]);
   std::uint32_t v[8];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    v[i] = multiply_pair<Math::w4a4>(unpack_plain_byte<Math::w4a4>(codes.x, i), scale);
-    v[4 + i] = multiply_pair<Math::w4a4>(unpack_plain_byte<Math::w4a4>(codes.y, i), scale);
-  }
+  dequantize_activation_block(codes.x, codes.y,
+                              p.a_scales[scale_offset(layout, b / blocks_per_row, b % blocks_per_row, p.k)], v);
   uint4* dst = reinterpret_cast<uint4*>(out + b * 16);
   dst[0] = make_uint4(v[0], v[1], v[2], v[3]);
   dst[1] = make_uint4(v[4], v[5], v[6], v[7]);

@@ -383,7 +383,7 @@ TEST(PrefillKernel, DISABLED_Timeline) {
     const std::vector<std::uint64_t> t = timeline.download();
     auto field = [&](std::size_t cta, int f) { return static_cast<double>(t[cta * prefill::kTimelineFields + f]); };
     double begin = field(0, 0), end = field(0, 3);
-    std::vector<double> first, main_loop, epilogue, gaps;
+    std::vector<double> first, main_loop, epilogue, gaps, block_cycles, clock_ghz;
     std::vector<std::vector<std::size_t>> per_sm(static_cast<std::size_t>(gpu().sm_count));
     for (std::size_t c = 0; c < ctas; ++c) {
       ASSERT_LE(field(c, 0), field(c, 1)) << "CTA " << c;
@@ -396,6 +396,13 @@ TEST(PrefillKernel, DISABLED_Timeline) {
       first.push_back((field(c, 1) - field(c, 0)) * 1e-3);
       main_loop.push_back((field(c, 2) - field(c, 1)) * 1e-3);
       epilogue.push_back((field(c, 3) - field(c, 2)) * 1e-3);
+      // A persistent CTA's main-loop span covers several tiles: per K block only for the others.
+      const prefill::KRange kr = prefill::split_k_range(plan.k_blocks, plan.split_k,
+                                                        static_cast<int>(c % static_cast<std::size_t>(plan.split_k)));
+      if (!plan.config.persistent && kr.end > kr.begin) {
+        block_cycles.push_back(field(c, 5) / static_cast<double>(kr.end - kr.begin));
+      }
+      if (field(c, 2) > field(c, 1)) clock_ghz.push_back(field(c, 5) / (field(c, 2) - field(c, 1)));
       per_sm[sm].push_back(c);
     }
     for (std::vector<std::size_t>& on_sm : per_sm) {
@@ -409,9 +416,11 @@ TEST(PrefillKernel, DISABLED_Timeline) {
     };
     auto largest = [](const std::vector<double>& v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); };
     std::printf("%-40s %-45s %5zu CTAs: span %7.2f us | first stage median %5.2f max %5.2f | main loop median %7.2f max "
-                "%7.2f | epilogue median %5.2f max %5.2f | SM gap between CTAs median %5.2f max %5.2f us\n",
+                "%7.2f | epilogue median %5.2f max %5.2f | SM gap between CTAs median %5.2f max %5.2f us | main loop "
+                "%6.0f SM cycles per K block at %4.2f GHz (medians)\n",
                 p.label().c_str(), plan.describe().c_str(), ctas, (end - begin) * 1e-3, median(first), largest(first),
-                median(main_loop), largest(main_loop), median(epilogue), largest(epilogue), median(gaps), largest(gaps));
+                median(main_loop), largest(main_loop), median(epilogue), largest(epilogue), median(gaps), largest(gaps),
+                median(block_cycles), median(clock_ghz));
   }
 }
 

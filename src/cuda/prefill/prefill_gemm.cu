@@ -329,10 +329,11 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
       stage = wrap ? 0 : stage + 1;
       phase ^= wrap ? 1u : 0u;
     };
-    std::uint64_t t_first_data = 0, t_mainloop_end = 0;
+    std::uint64_t t_first_data = 0, t_mainloop_end = 0, c_first_data = 0, c_mainloop_end = 0;
     if (timeline != nullptr && threadIdx.x == 0) {
       if (iters > 0 && first_tile < tiles) ptx::mbarrier_wait(full_bar(0), 0);
       t_first_data = ptx::global_timer();
+      c_first_data = clock64();
     }
     for (int tile = first_tile; tile < tiles; tile += tile_stride) {
       const int nt = tile % n_tiles, mt = tile / n_tiles;
@@ -360,7 +361,10 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
       for (int j = 0; j < kInFlight; ++j) {
         if (iters - kInFlight + j >= 0 && lane == 0) ptx::mbarrier_arrive(empty_bar(pending[j]));
       }
-      if (timeline != nullptr) t_mainloop_end = ptx::global_timer();
+      if (timeline != nullptr) {
+        t_mainloop_end = ptx::global_timer();
+        c_mainloop_end = clock64();
+      }
       // Every K block of this CTA has arrived: the next kernel may start its prologue on SMs
       // that free up (first call per CTA counts).
       if (threadIdx.x == 0) cuda::allow_dependent_launch();
@@ -543,6 +547,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
       row[2] = t_mainloop_end;
       row[3] = ptx::global_timer();
       row[4] = ptx::sm_id();
+      row[5] = c_mainloop_end - c_first_data;
     }
   }
 #else

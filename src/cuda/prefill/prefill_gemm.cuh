@@ -35,13 +35,14 @@ std::int64_t launch_ctas(const Plan& plan);
 CUtensorMap make_activation_map(const void* act_bf16, std::int64_t m, std::int64_t k, int block_m);
 
 // Words per CTA of the optional timeline: %globaltimer (ns) at the CTA's start, when its first stage
-// had arrived, at the end of its main loop and at the end of its epilogue, then its SM id.
-inline constexpr int kTimelineFields = 5;
+// had arrived, at the end of its main loop and at the end of its epilogue, then its SM id and the
+// SM clock cycles (clock64) from the first stage's arrival to the end of the main loop.
+inline constexpr int kTimelineFields = 6;
 
 // D[m, n] = alpha * A * W^T on `stream`. `act_map` from make_activation_map(.., plan.config.block_m);
 // `packed` from pack_weights (uploaded); `out` row-major [m, n] of `out_type`. Graph-capturable.
 // `timeline`: nullptr, or launch_ctas(plan) x kTimelineFields words of device memory that thread 0 of
-// each CTA fills (a diagnostic: where a CTA's time goes; costs one wait and four timer reads).
+// each CTA fills (a diagnostic: where a CTA's time goes; costs one wait and six timer reads).
 // `programmatic`: a programmatic dependent launch (sm_90): the kernel may start while the
 // previous one in the stream still runs; it requests its first weight stages at once and waits
 // for that kernel to complete before it reads A or writes D. It lets the next kernel start once

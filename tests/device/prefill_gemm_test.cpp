@@ -417,10 +417,11 @@ TEST(PrefillKernel, DISABLED_Timeline) {
     auto largest = [](const std::vector<double>& v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); };
     std::printf("%-40s %-45s %5zu CTAs: span %7.2f us | first stage median %5.2f max %5.2f | main loop median %7.2f max "
                 "%7.2f | epilogue median %5.2f max %5.2f | SM gap between CTAs median %5.2f max %5.2f us | main loop "
-                "%6.0f SM cycles per K block at %4.2f GHz (medians)\n",
+                "%s SM cycles per K block at %4.2f GHz (medians)\n",
                 p.label().c_str(), plan.describe().c_str(), ctas, (end - begin) * 1e-3, median(first), largest(first),
                 median(main_loop), largest(main_loop), median(epilogue), largest(epilogue), median(gaps), largest(gaps),
-                median(block_cycles), median(clock_ghz));
+                block_cycles.empty() ? "     -" : std::to_string(std::lround(median(block_cycles))).c_str(),
+                median(clock_ghz));
   }
 }
 

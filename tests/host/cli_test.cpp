@@ -366,7 +366,7 @@ TEST(Cli, PlanRanksThePrefillPlansForADatasheetGpu) {
   EXPECT_TRUE(has(r.out, "not a measurement")) << r.out;
   // The fastest plan measured in the run-14 sweep at each shape, ranked first and marked.
   for (const auto& [shape, want] :
-       {std::pair{"m256 n6144 k2048", "  * sm90a bf16 x nvfp4 m128n128k64 8 stages                  1 "},
+       {std::pair{"m256 n6144 k2048", "  * sm90a bf16 x nvfp4 m128n128k64 9 stages                  1 "},
         std::pair{"m1024 n4096 k6144", "  * sm90a bf16 x nvfp4 m256n128k64 4 stages persistent       1 "}}) {
     const std::size_t at = r.out.find(shape);
     ASSERT_NE(at, std::string::npos) << r.out;

@@ -20,7 +20,7 @@ TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
   const std::vector<TileConfig>& configs = tile_configs();
   ASSERT_EQ(configs.size(), 6u);
   EXPECT_EQ(configs[0].name(), "sm90a bf16 x nvfp4 m256n128k64 6 stages");
-  EXPECT_EQ(configs[1].name(), "sm90a bf16 x nvfp4 m128n128k64 8 stages");
+  EXPECT_EQ(configs[1].name(), "sm90a bf16 x nvfp4 m128n128k64 9 stages");
   EXPECT_EQ(configs[2].name(), "sm90a bf16 x nvfp4 m64n128k64 12 stages");
   EXPECT_EQ(configs[3].name(), "sm90a bf16 x nvfp4 m256n128k64 4 stages persistent");
   EXPECT_EQ(configs[4].name(), "sm90a bf16 x nvfp4 m32n128k64 16 stages 2 k-groups");
@@ -35,7 +35,7 @@ TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
   // stages x (activation tile block_m x 64 x 2 B + weight chunk 4096 + 512 B) + 2 x stages
   // mbarriers of 8 B + 1 KB alignment slack.
   EXPECT_EQ(configs[0].smem_bytes(), 6 * (256 * 128 + 4608) + 96 + 1024);
-  EXPECT_EQ(configs[1].smem_bytes(), 8 * (128 * 128 + 4608) + 128 + 1024);
+  EXPECT_EQ(configs[1].smem_bytes(), 9 * (128 * 128 + 4608) + 144 + 1024);
   EXPECT_EQ(configs[2].smem_bytes(), 12 * (64 * 128 + 4608) + 192 + 1024);
   // A persistent config adds its own bf16 output tile, 256 x 128 x 2 B, in front of the ring.
   EXPECT_EQ(configs[3].persistent_staging_bytes(), 256 * 128 * 2);

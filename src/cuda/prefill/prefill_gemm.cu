@@ -139,8 +139,12 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
                         float alpha, std::uint64_t* __restrict__ timeline, const __grid_constant__ CUtensorMap out_map,
                         int tma_store, int programmatic) {
 #if FP4GAP_PREFILL_SM90A
-  // Optional per-CTA timeline (kTimelineFields words per CTA, prefill_gemm.cuh), written by thread 0.
-  const std::uint64_t t_start = timeline != nullptr ? ptx::global_timer() : 0;
+  // Optional per-CTA timeline (kTimelineFields words per CTA, prefill_gemm.cuh), written by thread 0
+  // as it goes: no timestamp stays live in a register across the main loop.
+  auto timeline_field = [&](int f) -> std::uint64_t& {
+    return timeline[static_cast<std::size_t>(blockIdx.x) * kTimelineFields + f];
+  };
+  if (timeline != nullptr && threadIdx.x == 0) timeline_field(0) = ptx::global_timer();
   constexpr int kActStageBytes = BM * kBlockK * 2;
   constexpr int kAcc = BM / 2;  // fp32 accumulators per consumer thread (m64 x BM / 128 threads)
   static_assert(KGROUPS == 1 || (KGROUPS == 2 && !PERSISTENT), "k-groups add up in the ring after the main loop");
@@ -253,6 +257,13 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
     // wgmmas of the kInFlight blocks before it still run. The buffer index must be a compile-time
     // constant (registers), hence the loop below unrolled by kBuffers.
     std::uint32_t frag[kBuffers][kSteps][4];
+    // A non-persistent CTA starts its one tile at stage 0, so whole passes over the ring can be
+    // unrolled with every stage a constant (the stage's addresses, the released stage, the
+    // fragment buffer): ~106 instructions per K block and warp instead of 115-117 (PERF-LOG run
+    // 32). Needs the buffer sequence to repeat with the ring. Only the m64 / m128 tiles: m256's
+    // blocks hide their loop overhead behind twice the tensor work, and the unrolled m256 and
+    // two-k-group kernels spill (outside the main loop, but they would).
+    constexpr bool kUnrollRing = !PERSISTENT && KGROUPS == 1 && BM <= 128 && STAGES % kBuffers == 0;
 
     // Per-thread shared addresses in stage 0 and the descriptor of stage 0, computed once: per K
     // block only the stage's offset is added (32-bit ld.shared, see ptx::ld_shared_u32).
@@ -276,12 +287,13 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
 #pragma unroll
     for (int j = 0; j < kInFlight; ++j) pending[j] = 0;
 
-    // The next K block of the current tile; `release`: the block kInFlight before it belongs to
-    // this tile.
-    auto consume = [&](bool release, auto buffer) {
+    // Waits for K block data in stage `stg`, dequantizes it into fragment buffer `buffer` and
+    // issues and commits its wgmmas. Called with a constant `stg` by the ring-unrolled loop, where
+    // every stage offset folds into an immediate.
+    auto issue_block = [&](int stg, auto buffer) {
       constexpr int b = decltype(buffer)::value;
-      ptx::mbarrier_wait(full_bar(stage), phase);
-      const std::uint32_t wgt_stage = static_cast<std::uint32_t>(stage) * kChunkBytes;  // the stage's chunk
+      ptx::mbarrier_wait(full_bar(stg), phase);
+      const std::uint32_t wgt_stage = static_cast<std::uint32_t>(stg) * kChunkBytes;  // the stage's chunk
       std::uint32_t words[kSteps];
       if constexpr (kSteps == 4) {
         const uint4 codes = ptx::ld_shared_v4_u32(code_addr + wgt_stage);
@@ -305,7 +317,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
       // Every wgmma input (fragments, descriptors) is pinned before the fence: the compiler would
       // otherwise sink its computation between the wgmmas, and ptxas then serializes the group
       // (warning C7513). Step j reads 32 bytes further along the 128-byte row.
-      const std::uint32_t act_desc_lo = desc_lo + static_cast<std::uint32_t>(stage) * (kActStageBytes >> 4);
+      const std::uint32_t act_desc_lo = desc_lo + static_cast<std::uint32_t>(stg) * (kActStageBytes >> 4);
       std::uint64_t desc[kSteps];
 #pragma unroll
       for (int j = 0; j < kSteps; ++j) {
@@ -318,6 +330,11 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
 #pragma unroll
       for (int j = 0; j < kSteps; ++j) Wgmma<BM>::mma(acc, frag[b][j], desc[j]);
       ptx::wgmma_commit();
+    };
+    // The next K block of the current tile at the ring position (stage, phase); `release`: the
+    // block kInFlight before it belongs to this tile.
+    auto consume = [&](bool release, auto buffer) {
+      issue_block(stage, buffer);
       // The block kInFlight before is complete: its stage goes back to the producer and its
       // fragment buffer is free for the block after.
       ptx::wgmma_wait<kInFlight>();
@@ -329,11 +346,20 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
       stage = wrap ? 0 : stage + 1;
       phase ^= wrap ? 1u : 0u;
     };
-    std::uint64_t t_first_data = 0, t_mainloop_end = 0, c_first_data = 0, c_mainloop_end = 0;
+    // The same at a constant ring stage S (the ring-unrolled loop; the phase flips after the
+    // ring's last stage).
+    auto consume_at = [&](bool release, auto stage_constant) {
+      constexpr int S = decltype(stage_constant)::value;
+      issue_block(S, std::integral_constant<int, S % kBuffers>{});
+      ptx::wgmma_wait<kInFlight>();
+      if (release && lane == 0) ptx::mbarrier_arrive(empty_bar((S + STAGES - kInFlight) % STAGES));
+      if constexpr (S == STAGES - 1) phase ^= 1u;
+    };
+    std::uint32_t c_first_data = 0;  // 32-bit SM clock: wraps after seconds, not microseconds
     if (timeline != nullptr && threadIdx.x == 0) {
       if (iters > 0 && first_tile < tiles) ptx::mbarrier_wait(full_bar(0), 0);
-      t_first_data = ptx::global_timer();
-      c_first_data = clock64();
+      timeline_field(1) = ptx::global_timer();
+      c_first_data = static_cast<std::uint32_t>(clock());
     }
     for (int tile = first_tile; tile < tiles; tile += tile_stride) {
       const int nt = tile % n_tiles, mt = tile / n_tiles;
@@ -343,16 +369,27 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
       // ends and serializes every wgmma (C7513). The tile's first kInFlight blocks have nothing to
       // release (the previous tile released its last blocks below).
       int it = 0;
+      if constexpr (kUnrollRing) {
+        for (; it + STAGES <= iters; it += STAGES) {
+          [&]<int... U>(std::integer_sequence<int, U...>) {
+            (consume_at(it + U >= kInFlight, std::integral_constant<int, U>{}), ...);
+          }(std::make_integer_sequence<int, STAGES>{});
+        }
+        // Back at stage 0; the blocks still in flight are the ring's last kInFlight stages.
+        if (it > 0) {
+#pragma unroll
+          for (int j = 0; j < kInFlight; ++j) pending[j] = STAGES - kInFlight + j;
+        }
+      }
       for (; it + kBuffers - 1 < iters; it += kBuffers) {
         [&]<int... U>(std::integer_sequence<int, U...>) {
           (consume(it + U >= kInFlight, std::integral_constant<int, U>{}), ...);
         }(std::make_integer_sequence<int, kBuffers>{});
       }
-      if (it < iters) consume(it >= kInFlight, std::integral_constant<int, 0>{});
-      if constexpr (kBuffers > 2) {
-        if (it + 1 < iters) consume(it + 1 >= kInFlight, std::integral_constant<int, 1>{});
-      }
-      static_assert(kBuffers <= 3, "the tail above consumes at most two blocks");
+      // At most kBuffers - 1 blocks left.
+      [&]<int... U>(std::integer_sequence<int, U...>) {
+        ((it + U < iters ? consume(it + U >= kInFlight, std::integral_constant<int, U>{}) : void()), ...);
+      }(std::make_integer_sequence<int, kBuffers - 1>{});
       ptx::wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) ptx::fence_register(acc[i]);
@@ -361,9 +398,9 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
       for (int j = 0; j < kInFlight; ++j) {
         if (iters - kInFlight + j >= 0 && lane == 0) ptx::mbarrier_arrive(empty_bar(pending[j]));
       }
-      if (timeline != nullptr) {
-        t_mainloop_end = ptx::global_timer();
-        c_mainloop_end = clock64();
+      if (timeline != nullptr && threadIdx.x == 0) {
+        timeline_field(2) = ptx::global_timer();
+        timeline_field(5) = static_cast<std::uint32_t>(clock()) - c_first_data;
       }
       // Every K block of this CTA has arrived: the next kernel may start its prologue on SMs
       // that free up (first call per CTA counts).
@@ -541,13 +578,8 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
     if (PERSISTENT && threadIdx.x == 0) ptx::bulk_wait_group_read_all();
     if (timeline != nullptr && threadIdx.x == 0) {
       // A persistent CTA: first data of its first tile, main loop end of its last.
-      std::uint64_t* row = timeline + static_cast<std::size_t>(blockIdx.x) * kTimelineFields;
-      row[0] = t_start;
-      row[1] = t_first_data;
-      row[2] = t_mainloop_end;
-      row[3] = ptx::global_timer();
-      row[4] = ptx::sm_id();
-      row[5] = c_mainloop_end - c_first_data;
+      timeline_field(3) = ptx::global_timer();
+      timeline_field(4) = ptx::sm_id();
     }
   }
 #else
@@ -584,7 +616,7 @@ KernelFn kernel_for(const TileConfig& c) {
     return c.block_m == block_m && c.stages == stages && c.persistent == persistent && c.k_groups == k_groups;
   };
   if (is(256, 6, false, 1)) return prefill_gemm_kernel<256, 6, false, 1>;
-  if (is(128, 8, false, 1)) return prefill_gemm_kernel<128, 8, false, 1>;
+  if (is(128, 9, false, 1)) return prefill_gemm_kernel<128, 9, false, 1>;
   if (is(64, 12, false, 1)) return prefill_gemm_kernel<64, 12, false, 1>;
   if (is(256, 4, true, 1)) return prefill_gemm_kernel<256, 4, true, 1>;
   if (is(32, 16, false, 2)) return prefill_gemm_kernel<32, 16, false, 2>;

@@ -36,7 +36,7 @@ CUtensorMap make_activation_map(const void* act_bf16, std::int64_t m, std::int64
 
 // Words per CTA of the optional timeline: %globaltimer (ns) at the CTA's start, when its first stage
 // had arrived, at the end of its main loop and at the end of its epilogue, then its SM id and the
-// SM clock cycles (clock64) from the first stage's arrival to the end of the main loop.
+// SM clock cycles (32-bit clock) from the first stage's arrival to the end of the main loop.
 inline constexpr int kTimelineFields = 6;
 
 // D[m, n] = alpha * A * W^T on `stream`. `act_map` from make_activation_map(.., plan.config.block_m);

@@ -254,7 +254,8 @@ struct TileConfig {
   // of their own (Plan::dequantizes_activations).
   int stages = 0;
   bool streaming() const { return stages > 0; }
-  bool serves(Math /*math*/, WeightLayout layout) const { return !streaming() || layout == WeightLayout::shuffled; }
+  // Both maths run on every config; the streaming kernel reads only the shuffled layout.
+  bool serves(WeightLayout layout) const { return !streaming() || layout == WeightLayout::shuffled; }
   // Streaming: bytes of one ring slot (weights of mt tiles, B fragments of nt activation tiles).
   std::int64_t stream_slot_bytes() const;
 

@@ -169,7 +169,7 @@ Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, Math math, Weight
   p.k = k;
   p.config_index = config_index;
   p.config = configs[static_cast<std::size_t>(config_index)];
-  if (!p.config.serves(math, layout)) {
+  if (!p.config.serves(layout)) {
     std::ostringstream os;
     os << p.config.name(math, layout) << " streams the shuffled weight only: config_index = " << config_index;
     throw InvalidArgument(os.str());
@@ -380,7 +380,7 @@ Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, Math math, Weig
   std::string infeasible;
   for (int i = 0; i < static_cast<int>(configs.size()); ++i) {
     const TileConfig& c = configs[static_cast<std::size_t>(i)];
-    if (!allowed(c) || c.max_m() != tile_m[c.streaming() ? 1 : 0] || !c.serves(math, layout)) continue;
+    if (!allowed(c) || c.max_m() != tile_m[c.streaming() ? 1 : 0] || !c.serves(layout)) continue;
     const Status fits = check_tile_config(c, math, device);
     if (!fits.is_ok()) {
       infeasible = fits.reason;

@@ -219,12 +219,12 @@ TEST(DecodeGemm, ExactGridIsBitExactForEveryConfigAndSplit) {
       const Case c(math, s.m, s.n, s.k, seed, InputDistribution::exact_grid);
       for (int ci = 0; ci < static_cast<int>(tile_configs().size()); ++ci) {
         const TileConfig& config = tile_configs()[static_cast<std::size_t>(ci)];
-        if (config.max_m() < s.m || !config.serves(math, WeightLayout::shuffled)) continue;
+        if (config.max_m() < s.m || !config.serves(WeightLayout::shuffled)) continue;
         const Plan one = make_plan(s.m, s.n, s.k, math, WeightLayout::shuffled, ci, 1);
         for (int split : {1, 2, 3, static_cast<int>(one.k_chunks)}) {
           if (split > one.k_chunks) continue;
           for (WeightLayout wl : {WeightLayout::plain, WeightLayout::shuffled}) {
-            if (!config.serves(math, wl)) continue;
+            if (!config.serves(wl)) continue;
             const Plan plan = make_plan(s.m, s.n, s.k, math, wl, ci, split);
             check(c, plan, Layouts{wl, ScaleLayout::swizzled_128x4, ScaleLayout::linear}, kOutputs[split % 3], seed);
             if (HasFatalFailure()) return;
@@ -244,7 +244,7 @@ TEST(DecodeGemm, ForcedSplitsMatchTheReference) {
     const Case c(math, 16, 2048, 6144, seed, InputDistribution::random);
     for (int ci = 0; ci < static_cast<int>(tile_configs().size()); ++ci) {
       const TileConfig& config = tile_configs()[static_cast<std::size_t>(ci)];
-      if (config.max_m() < 16 || !config.serves(math, WeightLayout::shuffled)) continue;
+      if (config.max_m() < 16 || !config.serves(WeightLayout::shuffled)) continue;
       const Plan one = make_plan(16, 2048, 6144, math, WeightLayout::shuffled, ci, 1);
       for (int split : {1, 5, 8, static_cast<int>(one.k_chunks)}) {
         if (split > one.k_chunks) continue;
@@ -446,7 +446,7 @@ TEST(DecodeGemm, DISABLED_SweepConfigsAndSplits) {
                     static_cast<long long>(s.k), floor_us, sets, chosen.describe().c_str());
         for (int ci = 0; ci < static_cast<int>(tile_configs().size()); ++ci) {
           const TileConfig& config = tile_configs()[static_cast<std::size_t>(ci)];
-          if (config.max_m() < m || !config.serves(math, WeightLayout::shuffled)) continue;
+          if (config.max_m() < m || !config.serves(WeightLayout::shuffled)) continue;
           if ((only_streaming && !config.streaming()) || (only_register_w4a4 && config.streaming())) continue;
           const Plan one = make_plan(m, s.n, s.k, math, WeightLayout::shuffled, ci, 1);
           for (int split = 1; split <= one.k_chunks; split = next_swept_split(split)) {

@@ -36,10 +36,8 @@ TEST(DecodePlan, ConfigsCoverEveryMInIncreasingOrder) {
       EXPECT_GE(c.stages, 2);
       EXPECT_EQ(c.stream_slot_bytes(), c.mt * 1152 + c.nt * 2048);
       EXPECT_EQ(c.smem_bytes(Math::w4a16), std::max<std::int64_t>(c.warps * c.stages * c.stream_slot_bytes(), c.reduction_scratch_bytes()) + 16);
-      EXPECT_TRUE(c.serves(Math::w4a16, WeightLayout::shuffled));
-      EXPECT_FALSE(c.serves(Math::w4a16, WeightLayout::plain));
-      EXPECT_TRUE(c.serves(Math::w4a4, WeightLayout::shuffled));
-      EXPECT_FALSE(c.serves(Math::w4a4, WeightLayout::plain));
+      EXPECT_TRUE(c.serves(WeightLayout::shuffled));
+      EXPECT_FALSE(c.serves(WeightLayout::plain));
       continue;
     }
     EXPECT_GE(c.max_m(), previous);
@@ -49,7 +47,7 @@ TEST(DecodePlan, ConfigsCoverEveryMInIncreasingOrder) {
     EXPECT_EQ(c.smem_bytes(Math::w4a16), std::max(2 * c.max_m() * c.activation_row_bytes(), c.reduction_scratch_bytes()) + 16);
     EXPECT_EQ(c.smem_bytes(Math::w4a4), std::max(c.max_m() * c.activation_row_bytes(), c.reduction_scratch_bytes()) + 16);
     EXPECT_TRUE(check_tile_config(c, Math::w4a4, h200_context()).is_ok());
-    EXPECT_TRUE(c.serves(Math::w4a4, WeightLayout::plain));
+    EXPECT_TRUE(c.serves(WeightLayout::plain));
   }
   EXPECT_EQ(previous, kMaxM);
   EXPECT_GT(previous_streaming, 0);
@@ -198,7 +196,7 @@ TEST(DecodePlan, ChoosesTilesAndSplitsThatFillTheMachine) {
           EXPECT_EQ(p.config.streaming(), m <= kStreamingMaxM) << what;
         }
         for (const TileConfig& c : tile_configs()) {
-          if (c.max_m() >= m && c.streaming() == p.config.streaming() && c.serves(math, WeightLayout::shuffled)) {
+          if (c.max_m() >= m && c.streaming() == p.config.streaming() && c.serves(WeightLayout::shuffled)) {
             EXPECT_LE(p.config.max_m(), c.max_m()) << what;
           }
         }

@@ -261,8 +261,8 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
     // unrolled with every stage a constant (the stage's addresses, the released stage, the
     // fragment buffer): ~106 instructions per K block and warp instead of 115-117 (PERF-LOG run
     // 32). Needs the buffer sequence to repeat with the ring. Only the m64 / m128 tiles: m256's
-    // blocks hide their loop overhead behind twice the tensor work, and the unrolled m256 and
-    // two-k-group kernels spill (outside the main loop, but they would).
+    // blocks hide their loop overhead behind twice the tensor work, and unrolled, the m256 and
+    // two-k-group kernels spill registers (outside the main loop, measured with -Xptxas -v).
     constexpr bool kUnrollRing = !PERSISTENT && KGROUPS == 1 && BM <= 128 && STAGES % kBuffers == 0;
 
     // Per-thread shared addresses in stage 0 and the descriptor of stage 0, computed once: per K

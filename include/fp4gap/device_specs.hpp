@@ -24,6 +24,10 @@ struct DeviceSpec {
   std::optional<double> memory_tb_per_s;
   std::optional<std::int64_t> smem_per_block_optin_bytes;
   std::optional<std::int64_t> l2_bytes;
+  // SMs that run kernels of one CTA per SM launched in clusters of c CTAs at once, c = 1, 2, ...
+  // (index c - 1): a cluster must fit inside one GPC, so this can be below the SM count. Measured
+  // with the occupancy API on that GPU; empty where nobody has.
+  std::span<const int> cluster_ctas_at_once;
   std::string_view sources;       // where the figures come from, one line
 };
 

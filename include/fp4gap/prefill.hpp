@@ -23,6 +23,10 @@
 #include "fp4gap/quantize.hpp"
 #include "fp4gap/status.hpp"
 
+namespace fp4gap {
+struct DeviceSpec;  // fp4gap/device_specs.hpp
+}  // namespace fp4gap
+
 namespace fp4gap::prefill {
 
 inline constexpr int kBlockN = 128;  // weight rows per CTA: 2 row warpgroups x 64
@@ -114,6 +118,11 @@ using ConcurrentCtas = std::function<int(const TileConfig& config, int split)>;
 
 // Without a device to ask: floor(sm_count / split) * split.
 int default_concurrent_ctas(const DeviceContext& device, int split);
+
+// For planning without the device: the datasheet entry's measured cluster occupancy
+// (DeviceSpec::cluster_ctas_at_once; every prefill configuration runs one CTA per SM), or an
+// empty function where the entry has none for some split up to kMaxSplitK.
+ConcurrentCtas datasheet_concurrent_ctas(const fp4gap::DeviceSpec& spec);
 
 // One (configuration, split) the policy weighs for a shape: not_supported with the reason
 // (shared memory, a cluster that cannot run) or ok with the CTAs that run at once, the waves and

@@ -17,6 +17,10 @@ constexpr std::int64_t kSmemOptinSm90 = 227 * kKiB;
 constexpr std::int64_t kSmemOptinSm100 = 227 * kKiB;
 constexpr std::int64_t kSmemOptinSm120 = 99 * kKiB;
 
+// cudaOccupancyMaxActiveClusters for every prefill configuration (one CTA per SM) and cluster
+// size 1..8 on the project's H200 (PERF-LOG run 26, docs/data/prefill-sweep-run26.csv).
+constexpr std::array<int, 8> kH200ClusterCtas = {132, 132, 117, 120, 110, 102, 105, 120};
+
 const std::array<DeviceSpec, 5> kSpecs = {{
     {
         .name = "H100 SXM",
@@ -29,6 +33,7 @@ const std::array<DeviceSpec, 5> kSpecs = {{
         .memory_tb_per_s = 3.35,       // H100 datasheet (SXM): 3.35 TB/s HBM3
         .smem_per_block_optin_bytes = kSmemOptinSm90,
         .l2_bytes = 50 * kMiB,         // H100 whitepaper: 50 MB L2
+        .cluster_ctas_at_once = {},  // not measured
         .sources = "NVIDIA H100 Tensor Core GPU datasheet (SXM; sparse rates halved), "
                    "H100 architecture whitepaper (SMs, L2), CUDA C++ Programming Guide (smem)",
     },
@@ -43,8 +48,9 @@ const std::array<DeviceSpec, 5> kSpecs = {{
         .memory_tb_per_s = 4.8,        // H200 datasheet (SXM): 4.8 TB/s HBM3e
         .smem_per_block_optin_bytes = kSmemOptinSm90,
         .l2_bytes = 60 * kMiB,         // cudaDeviceProp::l2CacheSize on the project's H200
+        .cluster_ctas_at_once = kH200ClusterCtas,
         .sources = "NVIDIA H200 Tensor Core GPU datasheet (SXM; sparse rates halved), "
-                   "L2 as CUDA reports it on an H200, CUDA C++ Programming Guide (smem)",
+                   "L2 and cluster occupancy as CUDA reports them on an H200, CUDA C++ Programming Guide (smem)",
     },
     {
         .name = "B200",
@@ -57,6 +63,7 @@ const std::array<DeviceSpec, 5> kSpecs = {{
         .memory_tb_per_s = 8.0,        // DGX B200 datasheet: 64 TB/s over 8 GPUs
         .smem_per_block_optin_bytes = kSmemOptinSm100,
         .l2_bytes = std::nullopt,      // not published in a form the project could confirm
+        .cluster_ctas_at_once = {},  // not measured
         .sources = "NVIDIA HGX/DGX B200 datasheets (per GPU; sparse rates halved), "
                    "SM count as CUDA reports it, CUDA C++ Programming Guide (smem)",
     },
@@ -71,6 +78,7 @@ const std::array<DeviceSpec, 5> kSpecs = {{
         .memory_tb_per_s = 1.792,      // datasheet: 1,792 GB/s GDDR7
         .smem_per_block_optin_bytes = kSmemOptinSm120,
         .l2_bytes = 128 * kMiB,        // RTX Blackwell whitepaper: 128 MB L2
+        .cluster_ctas_at_once = {},  // not measured
         .sources = "NVIDIA RTX PRO 6000 Blackwell datasheet, NVIDIA RTX Blackwell GPU "
                    "architecture whitepaper (dense rates, FP32 accumulate), CUDA C++ Programming Guide (smem)",
     },
@@ -86,6 +94,7 @@ const std::array<DeviceSpec, 5> kSpecs = {{
         .memory_tb_per_s = 1.792,      // 1,792 GB/s GDDR7
         .smem_per_block_optin_bytes = kSmemOptinSm120,
         .l2_bytes = 96 * kMiB,         // whitepaper: 96 MB L2
+        .cluster_ctas_at_once = {},  // not measured
         .sources = "NVIDIA GeForce RTX 5090 specifications, NVIDIA RTX Blackwell GPU architecture "
                    "whitepaper (dense rates, FP32 accumulate), CUDA C++ Programming Guide (smem)",
     },

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "fp4gap/device_specs.hpp"
 #include "fp4gap/prefill.hpp"
 
 namespace fp4gap::prefill {
@@ -160,6 +161,13 @@ double plan_cost(const Plan& p, int concurrent_ctas) {
 int default_concurrent_ctas(const DeviceContext& device, int split) {
   const int sms = device.sm_count > 0 ? device.sm_count : 1;
   return sms / split * split;
+}
+
+ConcurrentCtas datasheet_concurrent_ctas(const DeviceSpec& spec) {
+  if (spec.cluster_ctas_at_once.size() < static_cast<std::size_t>(kMaxSplitK)) return {};
+  return [table = spec.cluster_ctas_at_once](const TileConfig&, int split) {
+    return table[static_cast<std::size_t>(split - 1)];
+  };
 }
 
 std::vector<PlanCandidate> plan_candidates(std::int64_t m, std::int64_t n, std::int64_t k, const DeviceContext& device,

@@ -380,6 +380,19 @@ TEST(Cli, PlanRanksThePrefillPlansForADatasheetGpu) {
   EXPECT_EQ(marked, 2u) << r.out;
 }
 
+TEST(Cli, PlanForTheH200DatasheetUsesItsMeasuredClusterOccupancy) {
+  // M = 512, N = 2048, K = 6144: with floor(132 / 4) x 4 = 132 CTAs at once the m256 tile split 4
+  // (128 CTAs) would look best; the H200 runs only 120 in clusters of 4, so it picks m128 split 2,
+  // as the GPU's own occupancy API makes it do (PERF-LOG runs 26-32).
+  const CliResult r = run_cli("plan --m 512 --n 2048 --k 6144 --device 'H200 SXM'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "CTAs at once: the occupancy API's answer on an H200 SXM, kept in its datasheet entry")) << r.out;
+  const std::size_t header = r.out.find("predicted us\n");
+  ASSERT_NE(header, std::string::npos) << r.out;
+  const std::string first_row = r.out.substr(header + 13, r.out.find('\n', header + 13) - header - 13);
+  EXPECT_TRUE(has(first_row, "  * sm90a bf16 x nvfp4 m128n128k64 9 stages                  2 ")) << first_row;
+}
+
 TEST(Cli, PlanGivesTheDecodePlanAtSmallM) {
   const CliResult r = run_cli("plan --m 1,64,65 --n 2048 --k 6144 --device 'H200 SXM'");
   ASSERT_EQ(r.code, 0) << r.err;

@@ -8,6 +8,7 @@
 #include <tuple>
 #include <vector>
 
+#include "fp4gap/device_specs.hpp"
 #include "fp4gap/prefill.hpp"
 #include "test_support.hpp"
 
@@ -135,17 +136,16 @@ TEST(PrefillPolicy, SmallMUsesTheNarrowTiles) {
 }
 
 TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
-  // CTAs the occupancy API let run at once on the H200 in clusters of `split` (run 10's sweep;
-  // splits 5 and 7 were not swept, so they are left out here).
-  const ConcurrentCtas h200 = [](const TileConfig&, int split) {
-    switch (split) {
-      case 1: case 2: return 132;
-      case 3: return 117;
-      case 4: case 8: return 120;
-      case 6: return 102;
-      default: return 0;
-    }
-  };
+  // CTAs the occupancy API let run at once on the H200 in clusters of `split`, as the datasheet
+  // entry keeps them.
+  const DeviceSpec* spec = find_device_spec("H200 SXM");
+  ASSERT_NE(spec, nullptr);
+  const ConcurrentCtas h200 = datasheet_concurrent_ctas(*spec);
+  ASSERT_TRUE(h200);
+  const TileConfig& m128 = tile_configs()[1];
+  EXPECT_EQ(h200(m128, 1), 132);
+  EXPECT_EQ(h200(m128, 3), 117);  // clusters of 3 leave SMs of each GPC idle
+  EXPECT_EQ(h200(m128, 8), 120);
   struct Case {
     std::int64_t m, n, k;
     int block_m, split;
@@ -175,6 +175,20 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
     EXPECT_EQ(p.config.block_m, c.block_m) << c.m << "x" << c.n << "x" << c.k << ": " << p.describe();
     EXPECT_EQ(p.split_k, c.split) << c.m << "x" << c.n << "x" << c.k << ": " << p.describe();
     EXPECT_EQ(p.config.persistent, c.persistent) << c.m << "x" << c.n << "x" << c.k << ": " << p.describe();
+  }
+}
+
+TEST(PrefillPolicy, DatasheetOccupancyOnlyWhereMeasured) {
+  const DeviceSpec* b200 = find_device_spec("B200");
+  ASSERT_NE(b200, nullptr);
+  EXPECT_FALSE(datasheet_concurrent_ctas(*b200));  // nobody measured it: plan_candidates uses the bound
+  const DeviceSpec* h200 = find_device_spec("H200 SXM");
+  ASSERT_NE(h200, nullptr);
+  ASSERT_EQ(h200->cluster_ctas_at_once.size(), static_cast<std::size_t>(kMaxSplitK));
+  for (int split = 1; split <= kMaxSplitK; ++split) {
+    const int ctas = h200->cluster_ctas_at_once[static_cast<std::size_t>(split - 1)];
+    EXPECT_EQ(ctas % split, 0) << split;  // whole clusters
+    EXPECT_LE(ctas, default_concurrent_ctas(datasheet_device_context(*h200), split)) << split;
   }
 }
 

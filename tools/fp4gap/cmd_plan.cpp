@@ -98,6 +98,11 @@ void run_plan(const PlanArgs& a, CLI::App& cmd) {
       throw InvalidArgument("--device names no datasheet entry (see fp4gap info): " + a.device);
     }
     device = datasheet_device_context(*spec);
+    occupancy = prefill::datasheet_concurrent_ctas(*spec);
+    if (occupancy) {
+      at_once = "the occupancy API's answer on an " + std::string(spec->name) +
+                ", kept in its datasheet entry (clusters of split CTAs fit inside one GPC)";
+    }
   } else {
     device = query_device(0);
     if (!device.available) {

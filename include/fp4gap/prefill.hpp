@@ -176,6 +176,26 @@ FP4GAP_HD constexpr KRange split_k_range(std::int64_t k_blocks, int split_k, int
   return {begin, begin + base + (s < extra ? 1 : 0)};
 }
 
+// ---- Persistent schedule ----
+//
+// A persistent CTA b of G resident ones runs the work units b, b + G, b + 2G, ...: whole tiles in
+// tile order (tile = m_tile * n_tiles + n_tile), except that when the tiles end in a partial wave of
+// R tiles after at least one full wave and 2R <= G, those last R tiles run as 2R units of
+// block_m / 2 activation rows each (first half, then second). The last wave then costs a half
+// tile's main loop instead of a whole one's (~0.65x: the narrow wgmma is bound by the
+// dequantization, docs/KERNELS-prefill.md) and no partial sums meet: each half is a complete output
+// tile of its own. A half that starts at or beyond M is empty and skipped.
+struct PersistentSchedule {
+  std::int64_t whole_tiles = 0;   // units [0, whole_tiles): tiles 0 .. whole_tiles - 1
+  std::int64_t halved_tiles = 0;  // units whole_tiles + 2h, + 2h + 1: the halves of tile whole_tiles + h
+  FP4GAP_HD constexpr std::int64_t units() const { return whole_tiles + 2 * halved_tiles; }
+};
+FP4GAP_HD constexpr PersistentSchedule persistent_schedule(std::int64_t tiles, std::int64_t ctas) {
+  const std::int64_t last = ctas > 0 ? tiles % ctas : 0;
+  if (tiles > ctas && last > 0 && 2 * last <= ctas) return {tiles - last, last};
+  return {tiles, 0};
+}
+
 // ---- Packed weight layout ----
 //
 // The weight [N, K] is stored as chunks of kBlockN rows x kBlockK columns, chunk (nt, kb) at byte

@@ -54,7 +54,7 @@ class PrefillRunner final : public GemmRunner {
       a_codes_ = upload_sets(act_fp4_.codes.data(), a_code_bytes_, sets);
       a_scales_ = upload_sets(act_fp4_.scales.data(), a_scale_bytes_, sets);
       workspace_ = DeviceBuffer<std::uint16_t>(static_cast<std::size_t>(p_.m * p_.k));
-      maps_.push_back(prefill::make_activation_map(workspace_.get(), p_.m, p_.k, plan_.config.block_m));
+      maps_.push_back(prefill::make_activation_maps(workspace_.get(), p_.m, p_.k, plan_.config.block_m));
     } else {
       act_bf16_ = in.a_bf16;
       if (act_bf16_.size() != static_cast<std::size_t>(p_.m * p_.k)) {
@@ -65,7 +65,7 @@ class PrefillRunner final : public GemmRunner {
       a_bytes_ = act_bf16_.size() * 2;
       a_bf16_dev_ = upload_sets(act_bf16_.data(), a_bytes_, sets);
       for (int s = 0; s < sets; ++s) {
-        maps_.push_back(prefill::make_activation_map(a_bf16_dev_.get() + a_bytes_ * static_cast<std::size_t>(s),
+        maps_.push_back(prefill::make_activation_maps(a_bf16_dev_.get() + a_bytes_ * static_cast<std::size_t>(s),
                                                      p_.m, p_.k, plan_.config.block_m));
       }
     }
@@ -88,7 +88,7 @@ class PrefillRunner final : public GemmRunner {
                                       a_scales_.get() + a_scale_bytes_ * static_cast<std::size_t>(set),
                                       workspace_.get(), p_.m, p_.k, s);
     }
-    const CUtensorMap& map = maps_[w4a4_ ? 0 : static_cast<std::size_t>(set)];
+    const prefill::ActivationMaps& map = maps_[w4a4_ ? 0 : static_cast<std::size_t>(set)];
     prefill::launch_gemm(plan_, map, packed_.get() + packed_bytes_ * static_cast<std::size_t>(set),
                          outputs_.get() + out_bytes_ * static_cast<std::size_t>(set), p_.out_type, p_.m, p_.n, alpha_,
                          s, nullptr, prefill::launches_programmatically(plan_.config));
@@ -150,7 +150,7 @@ class PrefillRunner final : public GemmRunner {
   std::size_t packed_bytes_ = 0, a_bytes_ = 0, a_code_bytes_ = 0, a_scale_bytes_ = 0, out_bytes_ = 0;
   DeviceBuffer<std::uint8_t> packed_, a_bf16_dev_, a_codes_, a_scales_, outputs_;
   DeviceBuffer<std::uint16_t> workspace_;
-  std::vector<CUtensorMap> maps_;
+  std::vector<prefill::ActivationMaps> maps_;
 };
 
 class PrefillBackend final : public GemmBackend {

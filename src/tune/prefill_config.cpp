@@ -123,18 +123,22 @@ namespace {
 // now launch m128 programmatically, 3-9% faster at M = 128). The narrow tiles (block_m <= 64)
 // from the run-16 sweep at M = 1..128, timed as the backends launch them (programmatic,
 // launches_programmatically): median error 2.4-3.2%. Only the ranking matters for
-// the choice; other GPUs scale all of them alike.
+// the choice; other GPUs scale all of them alike. A persistent CTA's half tiles
+// (persistent_schedule) from run 33's sweep at M = 768-1536: ~0.47 us per K block (more than the
+// m128 kernel's: one wgmma group in flight, 4 stages) and no fixed part of their own (their first
+// stages load during the previous tile's epilogue).
 struct TileCost {
   int block_m;
   bool persistent;
   int k_groups;
   double fixed_us, split_us, per_k_block_us;
+  double half_fixed_us = 0.0, half_per_k_block_us = 0.0;  // persistent half tiles
 };
 constexpr TileCost kTileCosts[] = {
     {256, false, 1, 2.97, 5.94, 0.638},  // main loop at ~92% of the bf16 tensor rate
     {128, false, 1, 2.92, 2.73, 0.410},  // ~77%
     {64, false, 1, 3.38, 1.25, 0.311},   // ~51%
-    {256, true, 1, 3.83, 0.0, 0.613},    // unsplit only
+    {256, true, 1, 3.83, 0.0, 0.613, 0.0, 0.47},  // unsplit only
     // ~0.28-0.29 us per K block whatever the tile's width and consumer warps: 8 wgmma per K
     // block at ~70 cycles each (docs/KERNELS-prefill.md, "Narrow tiles").
     {32, false, 2, 3.28, 0.74, 0.291},
@@ -150,10 +154,16 @@ const TileCost& tile_cost(const TileConfig& config) {
 
 double plan_cost(const Plan& p, int concurrent_ctas) {
   const TileCost& c = tile_cost(p.config);
-  const double waves = static_cast<double>(ceil_div(p.ctas(), concurrent_ctas));
   const double kb_per_cta = static_cast<double>(ceil_div(p.k_blocks, p.split_k));
   const double split = p.split_k > 1 ? c.split_us : 0.0;
-  return waves * (c.fixed_us + split + c.per_k_block_us * kb_per_cta);
+  const double tile_us = c.fixed_us + split + c.per_k_block_us * kb_per_cta;
+  if (p.config.persistent) {
+    // Whole waves of whole tiles, then at most one wave of half tiles.
+    const PersistentSchedule s = persistent_schedule(p.ctas(), concurrent_ctas);
+    const double half_wave = s.halved_tiles > 0 ? c.half_fixed_us + c.half_per_k_block_us * kb_per_cta : 0.0;
+    return static_cast<double>(ceil_div(s.whole_tiles, concurrent_ctas)) * tile_us + half_wave;
+  }
+  return static_cast<double>(ceil_div(p.ctas(), concurrent_ctas)) * tile_us;
 }
 
 }  // namespace

@@ -139,7 +139,7 @@ struct DeviceGemm {
   cuda::DeviceBuffer<std::uint16_t> act;
   cuda::DeviceBuffer<std::uint8_t> packed;
   cuda::DeviceBuffer<std::uint8_t> out;
-  CUtensorMap map{};
+  prefill::ActivationMaps map;
 };
 
 DeviceGemm upload(const GemmInputs& in, const prefill::Plan& plan) {
@@ -148,7 +148,7 @@ DeviceGemm upload(const GemmInputs& in, const prefill::Plan& plan) {
   d.packed = cuda::DeviceBuffer<std::uint8_t>(prefill::pack_weights(in.b_fp4).bytes);
   d.out = cuda::DeviceBuffer<std::uint8_t>(
       static_cast<std::size_t>(in.problem.m * in.problem.n * output_type_bytes(in.problem.out_type)));
-  d.map = prefill::make_activation_map(d.act.get(), in.problem.m, in.problem.k, plan.config.block_m);
+  d.map = prefill::make_activation_maps(d.act.get(), in.problem.m, in.problem.k, plan.config.block_m);
   return d;
 }
 
@@ -270,6 +270,35 @@ TEST(PrefillKernel, PersistentCtasLoopOverMoreTilesThanTheyAre) {
   }
 }
 
+TEST(PrefillKernel, PersistentCtasRunTheLastWaveAsHalfTiles) {
+  REQUIRE_HOPPER();
+  // 4 x 40 = 160 tiles of 256 x 128 on 132 resident CTAs: a full wave, then 28 tiles (the last
+  // activation tile row) run as 56 half tiles of 128 rows (persistent_schedule). M = 1000: both
+  // halves partial-free but the second ends at M; M = 900: the second half holds 4 rows; M = 800:
+  // the second half is empty and skipped. N = 5000: the TMA-store epilogue (bf16) with a partial
+  // weight tile; N = 4999 and f32: the fragment stores.
+  struct Shape {
+    std::int64_t m, n, k;
+    OutputType out;
+  };
+  std::uint64_t seed = 7900;
+  for (const Shape s : {Shape{1000, 5000, 192, OutputType::bf16}, Shape{900, 5000, 64, OutputType::f16},
+                        Shape{800, 5000, 192, OutputType::bf16}, Shape{1000, 4999, 192, OutputType::bf16},
+                        Shape{900, 5000, 128, OutputType::f32}}) {
+    const GemmProblem p = make_problem(s.m, s.n, s.k, false, s.out);
+    const GemmInputs in = make_gemm_inputs(p, ++seed, InputDistribution::exact_grid);
+    const ReferenceResult ref = reference_gemm(in.a_view(), in.b_view(), in.alpha);
+    for (const prefill::TileConfig& c : prefill::tile_configs()) {
+      if (!c.persistent) continue;
+      const prefill::Plan plan = prefill::make_plan(p.m, p.n, p.k, c, 1);
+      SCOPED_TRACE(repro(plan.describe() + ", " + p.label(), seed));
+      const prefill::PersistentSchedule sched = prefill::persistent_schedule(plan.ctas(), prefill::launch_ctas(plan));
+      ASSERT_GT(sched.halved_tiles, 0) << "the shape no longer halves the last wave on " << gpu().name;
+      expect_exact_and_repeatable(in, ref, plan, 3);
+    }
+  }
+}
+
 TEST(PrefillKernel, RandomDataWithSplitKMatchesTheReferenceRepeatably) {
   REQUIRE_HOPPER();
   const GemmProblem p = make_problem(512, 2048, 6144, false, OutputType::bf16);
@@ -300,7 +329,8 @@ TEST(PrefillKernel, RandomDataWithSplitKMatchesTheReferenceRepeatably) {
 // Tuning data, not a test of speed: every configuration x split-K factor on the shapes,
 // graph-timed with cold weights and activations (rotating input sets), beside the policy's pick
 // and the number of CTAs the occupancy API lets run at once. Run by hand on the GPU
-// (FP4GAP_SWEEP_MAX_M=64 bounds the rows, e.g. to sweep the decode sizes only):
+// (FP4GAP_SWEEP_MAX_M=64 bounds the rows, e.g. to sweep the decode sizes only;
+// FP4GAP_SWEEP_M=768,1536 sweeps those M instead of the default list):
 //   fp4gap_device_tests --gtest_also_run_disabled_tests --gtest_filter='PrefillKernel.DISABLED_Sweep*'
 TEST(PrefillKernel, DISABLED_SweepConfigsAndSplits) {
   REQUIRE_HOPPER();
@@ -309,8 +339,18 @@ TEST(PrefillKernel, DISABLED_SweepConfigsAndSplits) {
   };
   const char* max_m_env = std::getenv("FP4GAP_SWEEP_MAX_M");
   const std::int64_t max_m = max_m_env != nullptr ? std::atoll(max_m_env) : 4096;
+  std::vector<std::int64_t> ms = {4096, 2048, 1024, 512, 256, 128, 64, 32, 16, 1};
+  if (const char* list = std::getenv("FP4GAP_SWEEP_M")) {
+    ms.clear();
+    for (const char* p = list; *p != '\0';) {
+      char* end = nullptr;
+      ms.push_back(std::strtoll(p, &end, 10));
+      ASSERT_NE(end, p) << "FP4GAP_SWEEP_M is a comma-separated list of M: " << list;
+      p = *end == ',' ? end + 1 : end;
+    }
+  }
   for (const Nk s : {Nk{2048, 6144}, Nk{4096, 6144}, Nk{6144, 2048}}) {
-    for (std::int64_t m : {4096, 2048, 1024, 512, 256, 128, 64, 32, 16, 1}) {
+    for (std::int64_t m : ms) {
       if (m > max_m) continue;
       const GemmProblem p = make_problem(m, s.n, s.k, false, OutputType::bf16);
       const GemmInputs in = make_gemm_inputs(p, 1, InputDistribution::random);
@@ -331,8 +371,8 @@ TEST(PrefillKernel, DISABLED_SweepConfigsAndSplits) {
       for (const prefill::PlanCandidate& cand : prefill::plan_candidates(m, s.n, s.k, gpu(), prefill::concurrent_ctas)) {
         if (!cand.status.is_ok() || (m > 64 && (cand.split_k == 5 || cand.split_k == 7))) continue;
         const prefill::Plan& plan = cand.plan;
-        std::vector<CUtensorMap> maps;
-        for (int i = 0; i < sets; ++i) maps.push_back(prefill::make_activation_map(acts[i].get(), m, s.k, plan.config.block_m));
+        std::vector<prefill::ActivationMaps> maps;
+        for (int i = 0; i < sets; ++i) maps.push_back(prefill::make_activation_maps(acts[i].get(), m, s.k, plan.config.block_m));
         prefill::prepare_launch(plan);
         auto timed = [&](bool programmatic) {
           return time_launch(

@@ -196,7 +196,7 @@ TEST(PrefillKernel, ProgrammaticLaunchWaitsForThePreviousKernel) {
       if (!prefill::launches_programmatically(c)) continue;
       for (int split : {1, 3}) {
         const prefill::Plan plan = prefill::make_plan(s.m, s.n, s.k, c, split);
-        const CUtensorMap map = prefill::make_activation_map(race.a.get(), s.m, s.k, c.block_m);
+        const prefill::ActivationMaps map = prefill::make_activation_maps(race.a.get(), s.m, s.k, c.block_m);
         race.expect_correct_behind_late_producer(stream, times, plan.describe() + ", programmatic", [&] {
           prefill::launch_gemm(plan, map, packed.get(), race.d.get(), OutputType::f32, s.m, s.n,
                                static_cast<float>(race.in.alpha), stream.get(), nullptr, true);

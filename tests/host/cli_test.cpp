@@ -393,6 +393,21 @@ TEST(Cli, PlanForTheH200DatasheetUsesItsMeasuredClusterOccupancy) {
   EXPECT_TRUE(has(first_row, "  * sm90a bf16 x nvfp4 m128n128k64 9 stages                  2 ")) << first_row;
 }
 
+TEST(Cli, PlanSaysWhenAPersistentPlanHalvesItsLastWave) {
+  // N = 6144, K = 2048, M = 1024: 192 tiles of 256 x 128 on 132 CTAs, the last 60 as 120 halves;
+  // M = 1280: 240 tiles, 108 left after a wave: too many to halve.
+  const CliResult r = run_cli("plan --m 1024 --n 6144 --k 2048 --device 'H200 SXM'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::size_t row = r.out.find("4 stages persistent");
+  ASSERT_NE(row, std::string::npos) << r.out;
+  const std::size_t next = r.out.find('\n', row) + 1;
+  EXPECT_EQ(r.out.substr(next, r.out.find('\n', next) - next), "        its last wave: 60 tiles as 120 half tiles of 128 rows")
+      << r.out;
+  const CliResult whole = run_cli("plan --m 1280 --n 6144 --k 2048 --device 'H200 SXM'");
+  ASSERT_EQ(whole.code, 0) << whole.err;
+  EXPECT_FALSE(has(whole.out, "half tiles")) << whole.out;
+}
+
 TEST(Cli, PlanGivesTheDecodePlanAtSmallM) {
   const CliResult r = run_cli("plan --m 1,64,65 --n 2048 --k 6144 --device 'H200 SXM'");
   ASSERT_EQ(r.code, 0) << r.err;

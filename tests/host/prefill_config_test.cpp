@@ -107,6 +107,54 @@ TEST(PrefillConfig, MakePlanCountsTilesAndRejectsBadSplits) {
   }
 }
 
+TEST(PersistentSchedule, HalvesOnlyALastWaveThatHalvesFit) {
+  struct Case {
+    std::int64_t tiles, ctas, whole, halved;
+  };
+  for (const Case c : {Case{192, 132, 132, 60},   // N = 6144, M = 1024: 60 tiles after a full wave
+                       Case{198, 132, 132, 66},   // 132 halves: still one wave
+                       Case{199, 132, 199, 0},    // 134 halves would need a second round
+                       Case{216, 132, 216, 0},    // 84 left: whole tiles
+                       Case{264, 132, 264, 0},    // two full waves
+                       Case{128, 132, 128, 0},    // under one wave: nothing to even out
+                       Case{133, 132, 132, 1},
+                       Case{400, 132, 396, 4}}) {
+    const PersistentSchedule s = persistent_schedule(c.tiles, c.ctas);
+    EXPECT_EQ(s.whole_tiles, c.whole) << c.tiles << " tiles on " << c.ctas << " CTAs";
+    EXPECT_EQ(s.halved_tiles, c.halved) << c.tiles << " tiles on " << c.ctas << " CTAs";
+  }
+  // Every tile is run once, whole or as two halves, and the halves take at most one more round
+  // after whole waves of whole tiles.
+  for (std::int64_t ctas = 1; ctas <= 140; ++ctas) {
+    for (std::int64_t tiles = 1; tiles <= 600; ++tiles) {
+      const PersistentSchedule s = persistent_schedule(tiles, ctas);
+      ASSERT_EQ(s.whole_tiles + s.halved_tiles, tiles) << tiles << " tiles on " << ctas << " CTAs";
+      ASSERT_EQ(s.units(), tiles + s.halved_tiles);
+      if (s.halved_tiles > 0) {
+        ASSERT_GE(s.whole_tiles, ctas) << tiles << " tiles on " << ctas << " CTAs";
+        ASSERT_EQ(s.whole_tiles % ctas, 0) << tiles << " tiles on " << ctas << " CTAs";
+        ASSERT_LE(2 * s.halved_tiles, ctas) << tiles << " tiles on " << ctas << " CTAs";
+      }
+    }
+  }
+}
+
+TEST(PrefillPolicy, APersistentPlanPaysLessForAHalvedLastWave) {
+  // N = 6144, K = 2048 on 132 CTAs: M = 512 is one wave of 96 tiles, M = 1280 two (240 tiles, 108
+  // left: whole), M = 1024 a wave and 60 tiles run as 120 halves.
+  auto persistent_us = [](std::int64_t m) {
+    for (const PlanCandidate& c : plan_candidates(m, 6144, 2048, h200_context())) {
+      if (c.config.persistent && c.status.is_ok()) return c.predicted_us;
+    }
+    ADD_FAILURE() << "no persistent candidate at M = " << m;
+    return 0.0;
+  };
+  const double one_wave = persistent_us(512), halved = persistent_us(1024), two_waves = persistent_us(1280);
+  EXPECT_DOUBLE_EQ(two_waves, 2 * one_wave);
+  EXPECT_GT(halved, one_wave);
+  EXPECT_LT(halved - one_wave, 0.8 * one_wave) << "a wave of half tiles should cost well under a whole one";
+}
+
 TEST(PrefillPolicy, LargeShapesUseTheWideTileWithoutSplit) {
   for (const auto& [m, n, k] : {std::tuple{4096, 4096, 6144}, std::tuple{4096, 6144, 2048}, std::tuple{8192, 8192, 8192}}) {
     const Plan p = choose_plan(m, n, k, h200_context());

@@ -77,6 +77,13 @@ void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& 
     }
     out << std::setw(6) << p.split_k << std::setw(7) << p.plan.ctas() << std::setw(9) << p.concurrent_ctas
         << std::setw(7) << p.waves << std::setw(14) << std::fixed << std::setprecision(1) << p.predicted_us << "\n";
+    if (p.config.persistent) {
+      const prefill::PersistentSchedule sched = prefill::persistent_schedule(p.plan.ctas(), p.concurrent_ctas);
+      if (sched.halved_tiles > 0) {
+        out << "        its last wave: " << sched.halved_tiles << " tiles as " << 2 * sched.halved_tiles << " half tiles of "
+            << p.config.block_m / 2 << " rows\n";
+      }
+    }
   }
 }
 

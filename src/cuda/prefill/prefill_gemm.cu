@@ -134,9 +134,10 @@ __device__ __forceinline__ void store_staged_tile(const float* staged, void* out
 
 template <int BM, int STAGES, bool PERSISTENT, int KGROUPS>
 __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
-    prefill_gemm_kernel(const __grid_constant__ CUtensorMap act_map, const std::uint8_t* __restrict__ weights,
-                        void* __restrict__ out, OutputType out_type, int m, int n, int k_blocks, int split_k,
-                        float alpha, std::uint64_t* __restrict__ timeline, const __grid_constant__ CUtensorMap out_map,
+    prefill_gemm_kernel(const __grid_constant__ CUtensorMap act_map, const __grid_constant__ CUtensorMap act_half_map,
+                        const std::uint8_t* __restrict__ weights, void* __restrict__ out, OutputType out_type, int m,
+                        int n, int k_blocks, int split_k, float alpha, std::uint64_t* __restrict__ timeline,
+                        const __grid_constant__ CUtensorMap out_map, const __grid_constant__ CUtensorMap out_half_map,
                         int tma_store, int programmatic) {
 #if FP4GAP_PREFILL_SM90A
   // Optional per-CTA timeline (kTimelineFields words per CTA, prefill_gemm.cuh), written by thread 0
@@ -146,7 +147,6 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
   };
   if (timeline != nullptr && threadIdx.x == 0) timeline_field(0) = ptx::global_timer();
   constexpr int kActStageBytes = BM * kBlockK * 2;
-  constexpr int kAcc = BM / 2;  // fp32 accumulators per consumer thread (m64 x BM / 128 threads)
   static_assert(KGROUPS == 1 || (KGROUPS == 2 && !PERSISTENT), "k-groups add up in the ring after the main loop");
   constexpr int kSteps = 4 / KGROUPS;  // k16 steps of a K block per consumer warpgroup
   constexpr int kConsumerThreads = kConsumerWarpgroups * KGROUPS * 128;
@@ -165,16 +165,30 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
   auto empty_bar = [&](int s) { return bar_base + 8u * (STAGES + s); };
 
   // A non-persistent grid has one CTA per (tile, split): CTA = tile * split_k + split. A
-  // persistent one (split_k == 1) strides over the tiles. Producer and consumers each carry the
+  // persistent one (split_k == 1) strides over the work units of persistent_schedule (whole
+  // tiles, then maybe the last wave's tiles in halves). Producer and consumers each carry the
   // ring position (stage, phase) of the next K block in registers, advanced by one per K block
-  // across all the CTA's tiles, so a tile's first block can be at any stage and phase.
+  // across all the CTA's units, so a unit's first block can be at any stage and phase.
   const int split = split_k > 1 ? static_cast<int>(ptx::cluster_rank()) : 0;
   const int n_tiles = (n + kBlockN - 1) / kBlockN;
   const int tiles = ((m + BM - 1) / BM) * n_tiles;
   const KRange kr = split_k_range(k_blocks, split_k, split);
   const int iters = static_cast<int>(kr.end - kr.begin);
-  const int first_tile = static_cast<int>(blockIdx.x) / split_k;
-  const int tile_stride = PERSISTENT ? static_cast<int>(gridDim.x) : tiles;
+  const PersistentSchedule schedule = PERSISTENT ? persistent_schedule(tiles, gridDim.x) : PersistentSchedule{tiles, 0};
+  const int units = static_cast<int>(schedule.units());
+  const int whole_tiles = static_cast<int>(schedule.whole_tiles);
+  const int first_unit = static_cast<int>(blockIdx.x) / split_k;  // a whole tile (2 halves only follow a full wave)
+  const int unit_stride = PERSISTENT ? static_cast<int>(gridDim.x) : units;
+  struct Unit {
+    int nt;    // weight tile
+    int row0;  // first activation (output) row
+    bool half; // BM / 2 rows (persistent only)
+  };
+  auto unit_at = [&](int u) -> Unit {
+    if (!PERSISTENT || u < whole_tiles) return {u % n_tiles, (u / n_tiles) * BM, false};
+    const int h = u - whole_tiles, tile = whole_tiles + h / 2;
+    return {tile % n_tiles, (tile / n_tiles) * BM + (h % 2) * (BM / 2), true};
+  };
 
   int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
@@ -199,26 +213,30 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
       // stages need no wait. Otherwise each stage's activations go first with its weights: all
       // weights first would queue the first stage's activations behind them (measured +1.5 us to
       // the first stage at decode sizes).
-      const int prefetched = programmatic && first_tile < tiles ? (iters < STAGES ? iters : STAGES) : 0;
+      const int prefetched = programmatic && first_unit < units ? (iters < STAGES ? iters : STAGES) : 0;
       for (int s = 0; s < prefetched; ++s) {
         ptx::mbarrier_arrive_expect_tx(full_bar(s), kActStageBytes + kChunkBytes);
         ptx::bulk_load(base + wgt_offset + s * kChunkBytes,
-                       weights + chunk_offset(first_tile % n_tiles, kr.begin + s, k_blocks), kChunkBytes, full_bar(s));
+                       weights + chunk_offset(first_unit % n_tiles, kr.begin + s, k_blocks), kChunkBytes, full_bar(s));
       }
       cuda::wait_for_previous_grid();
       int stage = 0;            // ring position of the next K block to load
       std::uint32_t phase = 0;  // ... and the phase its stage's barriers are in
       int loaded = 0;           // K blocks loaded so far
-      for (int tile = first_tile; tile < tiles; tile += tile_stride) {
-        const int nt = tile % n_tiles, mt = tile / n_tiles;
+      for (int u = first_unit; u < units; u += unit_stride) {
+        const Unit unit = unit_at(u);
+        if (unit.row0 >= m) continue;  // an empty half
+        // A half tile's activations fill the first half of the stage's tile.
+        const CUtensorMap* map = unit.half ? &act_half_map : &act_map;
+        const std::uint32_t stage_tx = (unit.half ? kActStageBytes / 2 : kActStageBytes) + kChunkBytes;
         for (int kb = static_cast<int>(kr.begin); kb < static_cast<int>(kr.end); ++kb, ++loaded) {
           if (loaded >= prefetched) {
             ptx::mbarrier_wait(empty_bar(stage), phase ^ 1);
-            ptx::mbarrier_arrive_expect_tx(full_bar(stage), kActStageBytes + kChunkBytes);
+            ptx::mbarrier_arrive_expect_tx(full_bar(stage), stage_tx);
           }
-          ptx::tma_load_2d(act_smem + stage * kActStageBytes, &act_map, full_bar(stage), kb * kBlockK, mt * BM);
+          ptx::tma_load_2d(act_smem + stage * kActStageBytes, map, full_bar(stage), kb * kBlockK, unit.row0);
           if (loaded >= prefetched) {
-            ptx::bulk_load(base + wgt_offset + stage * kChunkBytes, weights + chunk_offset(nt, kb, k_blocks),
+            ptx::bulk_load(base + wgt_offset + stage * kChunkBytes, weights + chunk_offset(unit.nt, kb, k_blocks),
                            kChunkBytes, full_bar(stage));
           }
           const bool wrap = stage == STAGES - 1;
@@ -245,7 +263,6 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
     warpgroup %= kConsumerWarpgroups;
     const int frag_row = 64 * warpgroup + 16 * warp + g;  // this thread's first weight row in the tile
 
-    float acc[kAcc];
     // wgmma groups (one per K block) left in flight after each commit. With one, a warpgroup
     // waits for block it - 1 as soon as block it is issued, and block it + 1's dequantization
     // must fit in block it's tensor time; the m64 / m128 tiles' blocks are short (64-128
@@ -288,10 +305,12 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
     for (int j = 0; j < kInFlight; ++j) pending[j] = 0;
 
     // Waits for K block data in stage `stg`, dequantizes it into fragment buffer `buffer` and
-    // issues and commits its wgmmas. Called with a constant `stg` by the ring-unrolled loop, where
-    // every stage offset folds into an immediate.
-    auto issue_block = [&](int stg, auto buffer) {
+    // issues and commits its wgmmas into `acc`, as many activation rows wide as acc holds (BM, or
+    // BM / 2 for a persistent CTA's half tile). Called with a constant `stg` by the ring-unrolled
+    // loop, where every stage offset folds into an immediate.
+    auto issue_block = [&](int stg, auto buffer, auto& acc) {
       constexpr int b = decltype(buffer)::value;
+      constexpr int W = 2 * static_cast<int>(std::extent_v<std::remove_reference_t<decltype(acc)>>);
       ptx::mbarrier_wait(full_bar(stg), phase);
       const std::uint32_t wgt_stage = static_cast<std::uint32_t>(stg) * kChunkBytes;  // the stage's chunk
       std::uint32_t words[kSteps];
@@ -328,13 +347,13 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
       }
       ptx::wgmma_fence();
 #pragma unroll
-      for (int j = 0; j < kSteps; ++j) Wgmma<BM>::mma(acc, frag[b][j], desc[j]);
+      for (int j = 0; j < kSteps; ++j) Wgmma<W>::mma(acc, frag[b][j], desc[j]);
       ptx::wgmma_commit();
     };
     // The next K block of the current tile at the ring position (stage, phase); `release`: the
     // block kInFlight before it belongs to this tile.
-    auto consume = [&](bool release, auto buffer) {
-      issue_block(stage, buffer);
+    auto consume = [&](bool release, auto buffer, auto& acc) {
+      issue_block(stage, buffer, acc);
       // The block kInFlight before is complete: its stage goes back to the producer and its
       // fragment buffer is free for the block after.
       ptx::wgmma_wait<kInFlight>();
@@ -348,31 +367,29 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
     };
     // The same at a constant ring stage S (the ring-unrolled loop; the phase flips after the
     // ring's last stage).
-    auto consume_at = [&](bool release, auto stage_constant) {
+    auto consume_at = [&](bool release, auto stage_constant, auto& acc) {
       constexpr int S = decltype(stage_constant)::value;
-      issue_block(S, std::integral_constant<int, S % kBuffers>{});
+      issue_block(S, std::integral_constant<int, S % kBuffers>{}, acc);
       ptx::wgmma_wait<kInFlight>();
       if (release && lane == 0) ptx::mbarrier_arrive(empty_bar((S + STAGES - kInFlight) % STAGES));
       if constexpr (S == STAGES - 1) phase ^= 1u;
     };
     std::uint32_t c_first_data = 0;  // 32-bit SM clock: wraps after seconds, not microseconds
     if (timeline != nullptr && threadIdx.x == 0) {
-      if (iters > 0 && first_tile < tiles) ptx::mbarrier_wait(full_bar(0), 0);
+      if (iters > 0 && first_unit < units) ptx::mbarrier_wait(full_bar(0), 0);
       timeline_field(1) = ptx::global_timer();
       c_first_data = static_cast<std::uint32_t>(clock());
     }
-    for (int tile = first_tile; tile < tiles; tile += tile_stride) {
-      const int nt = tile % n_tiles, mt = tile / n_tiles;
-#pragma unroll
-      for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
-      // No condition inside the loop body: with one there, ptxas cannot see where each wgmma group
-      // ends and serializes every wgmma (C7513). The tile's first kInFlight blocks have nothing to
-      // release (the previous tile released its last blocks below).
+    // A unit's K blocks, `width` activation rows wide. No condition inside the loop body: with one
+    // there, ptxas cannot see where each wgmma group ends and serializes every wgmma (C7513). The
+    // unit's first kInFlight blocks have nothing to release (the previous unit released its last
+    // blocks after its main loop).
+    auto main_loop = [&](auto& acc) {
       int it = 0;
       if constexpr (kUnrollRing) {
         for (; it + STAGES <= iters; it += STAGES) {
           [&]<int... U>(std::integer_sequence<int, U...>) {
-            (consume_at(it + U >= kInFlight, std::integral_constant<int, U>{}), ...);
+            (consume_at(it + U >= kInFlight, std::integral_constant<int, U>{}, acc), ...);
           }(std::make_integer_sequence<int, STAGES>{});
         }
         // Back at stage 0; the blocks still in flight are the ring's last kInFlight stages.
@@ -383,16 +400,27 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
       }
       for (; it + kBuffers - 1 < iters; it += kBuffers) {
         [&]<int... U>(std::integer_sequence<int, U...>) {
-          (consume(it + U >= kInFlight, std::integral_constant<int, U>{}), ...);
+          (consume(it + U >= kInFlight, std::integral_constant<int, U>{}, acc), ...);
         }(std::make_integer_sequence<int, kBuffers>{});
       }
       // At most kBuffers - 1 blocks left.
       [&]<int... U>(std::integer_sequence<int, U...>) {
-        ((it + U < iters ? consume(it + U >= kInFlight, std::integral_constant<int, U>{}) : void()), ...);
+        ((it + U < iters ? consume(it + U >= kInFlight, std::integral_constant<int, U>{}, acc) : void()), ...);
       }(std::make_integer_sequence<int, kBuffers - 1>{});
+    };
+    // One work unit: its main loop and epilogue, `width` activation rows wide (BM, or BM / 2 for
+    // a persistent CTA's half tile), compiled once per width.
+    auto run_unit = [&](const Unit& unit, auto width) {
+      constexpr int W = decltype(width)::value;
+      constexpr int kAccW = W / 2;  // fp32 accumulators per consumer thread (m64 x W / 128 threads)
+      const int nt = unit.nt;
+      float acc[kAccW];
+#pragma unroll
+      for (int i = 0; i < kAccW; ++i) acc[i] = 0.0f;
+      main_loop(acc);
       ptx::wgmma_wait<0>();
 #pragma unroll
-      for (int i = 0; i < kAcc; ++i) ptx::fence_register(acc[i]);
+      for (int i = 0; i < kAccW; ++i) ptx::fence_register(acc[i]);
       // The tile's last stages go back too (the producer may be loading the next tile).
 #pragma unroll
       for (int j = 0; j < kInFlight; ++j) {
@@ -414,7 +442,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
         float4* other = reinterpret_cast<float4*>(base_ptr) + warpgroup * 128 + tid;
         if (kgroup == 1) {
 #pragma unroll
-          for (int i = 0; i < kAcc / 4; ++i) {
+          for (int i = 0; i < kAccW / 4; ++i) {
             other[i * (kConsumerWarpgroups * 128)] = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
           }
         }
@@ -425,10 +453,10 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
             ptx::cluster_sync();
             ptx::cluster_sync();
           }
-          continue;
+          return;
         }
 #pragma unroll
-        for (int i = 0; i < kAcc / 4; ++i) {
+        for (int i = 0; i < kAccW / 4; ++i) {
           const float4 v = other[i * (kConsumerWarpgroups * 128)];
           acc[4 * i] += v.x;
           acc[4 * i + 1] += v.y;
@@ -452,6 +480,8 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
           ptx::fence_proxy_async();  // the ring: wgmma read it through the async proxy
         }
         ptx::named_barrier(1, kConsumerWarpgroups * 128);
+        // A half tile's rows are the staging's first BM / 2 rows of each 64-column half, which its
+        // tensor map (box BM / 2 rows) stores.
         const std::uint32_t half_base = base + static_cast<std::uint32_t>(warpgroup) * (BM * 128u);
         const int q = lane / 8, r = lane % 8;
         const std::uint32_t chunk = static_cast<std::uint32_t>(2 * warp + (q & 1));
@@ -467,7 +497,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
           return v;
         };
 #pragma unroll
-        for (int i = 0; i < kAcc / 4; i += 2) {
+        for (int i = 0; i < kAccW / 4; i += 2) {
           const int row = 8 * (i + q / 2) + r;
           const std::uint32_t addr = half_base + static_cast<std::uint32_t>(row) * 128u + ((chunk ^ (row & 7)) << 4);
           ptx::stmatrix_x4_trans(addr, pack(acc[4 * i], acc[4 * i + 1]), pack(acc[4 * i + 2], acc[4 * i + 3]),
@@ -476,8 +506,9 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
         ptx::fence_proxy_async();  // the generic-proxy writes above, before the copy engine reads them
         ptx::named_barrier(1, kConsumerWarpgroups * 128);
         if (threadIdx.x == 0) {
-          ptx::tma_store_2d(&out_map, base, nt * kBlockN, mt * BM);
-          ptx::tma_store_2d(&out_map, base + BM * 128u, nt * kBlockN + 64, mt * BM);
+          const CUtensorMap* map = W == BM ? &out_map : &out_half_map;
+          ptx::tma_store_2d(map, base, nt * kBlockN, unit.row0);
+          ptx::tma_store_2d(map, base + BM * 128u, nt * kBlockN + 64, unit.row0);
           ptx::bulk_commit_group();
           // Shared memory must outlive the copy engine's reads: a persistent CTA waits before it
           // next writes the staging, and before it exits (below).
@@ -487,9 +518,9 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
         // f32 output, or rows without 16-byte alignment: straight from the fragments (the ring is
         // being refilled, and the staging holds only a 16-bit tile). D^T fragment element e of
         // quad i is output row 8i + 2t + e % 2, column frag_row + 8 (e / 2).
-        const int row0 = mt * BM, col0 = nt * kBlockN + frag_row;
+        const int row0 = unit.row0, col0 = nt * kBlockN + frag_row;
 #pragma unroll
-        for (int i = 0; i < kAcc / 4; ++i) {
+        for (int i = 0; i < kAccW / 4; ++i) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int gm = row0 + 8 * i + 2 * t + (e & 1), gn = col0 + ((e >> 1) << 3);
@@ -504,7 +535,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
         ptx::named_barrier(1, kConsumerWarpgroups * 128);
         float* staged = reinterpret_cast<float*>(base_ptr);
 #pragma unroll
-        for (int i = 0; i < kAcc / 4; ++i) {
+        for (int i = 0; i < kAccW / 4; ++i) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int row = 8 * i + 2 * t + (e & 1);  // activation row in the tile (output row)
@@ -513,7 +544,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
           }
         }
         ptx::named_barrier(1, kConsumerWarpgroups * 128);
-        store_staged_tile(staged, out, out_type, m, n, mt * BM, nt * kBlockN, BM, warpgroup * 128 + tid);
+        store_staged_tile(staged, out, out_type, m, n, unit.row0, nt * kBlockN, BM, warpgroup * 128 + tid);
       } else {
         // The partial tile reuses the stage ring: both consumer warpgroups must be done reading it
         // (their wgmmas read it through the async proxy; the partials are ordinary stores).
@@ -522,7 +553,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
         float4* partial = reinterpret_cast<float4*>(base_ptr);
         const int thread = warpgroup * 128 + tid;
 #pragma unroll
-        for (int i = 0; i < kAcc / 4; ++i) {
+        for (int i = 0; i < kAccW / 4; ++i) {
           partial[i * (kConsumerWarpgroups * 128) + thread] =
               make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
         }
@@ -531,7 +562,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
         // in that order whatever the rank: the sum is the same bits on every run. Quad i holds
         // output rows 8i .. 8i + 7, so a share is a band of whole rows: staged after the partials
         // (which other CTAs still read) and stored 16 bytes at a time like the unsplit tile.
-        const KRange share = split_k_range(kAcc / 4, split_k, split);
+        const KRange share = split_k_range(kAccW / 4, split_k, split);
         float* staged = reinterpret_cast<float*>(base_ptr + BM * kBlockN * 4);
         for (int i = static_cast<int>(share.begin); i < static_cast<int>(share.end); ++i) {
           const std::uint32_t local = ptx::smem_addr(&partial[i * (kConsumerWarpgroups * 128) + thread]);
@@ -570,9 +601,17 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
           }
         }
         ptx::named_barrier(1, kConsumerWarpgroups * 128);
-        store_staged_tile(staged, out, out_type, m, n, mt * BM + 8 * static_cast<int>(share.begin), nt * kBlockN,
+        store_staged_tile(staged, out, out_type, m, n, unit.row0 + 8 * static_cast<int>(share.begin), nt * kBlockN,
                           8 * static_cast<int>(share.end - share.begin), thread);
         ptx::cluster_sync();  // no CTA leaves while another still reads its shared memory
+      }
+    };
+    int u = first_unit;
+    for (; u < whole_tiles; u += unit_stride) run_unit(unit_at(u), std::integral_constant<int, BM>{});
+    if constexpr (PERSISTENT) {
+      for (; u < units; u += unit_stride) {
+        const Unit unit = unit_at(u);
+        if (unit.row0 < m) run_unit(unit, std::integral_constant<int, BM / 2>{});  // else an empty half
       }
     }
     if (PERSISTENT && threadIdx.x == 0) ptx::bulk_wait_group_read_all();
@@ -608,8 +647,8 @@ __global__ void dequantize_bf16_kernel(const std::uint8_t* __restrict__ codes, c
   dst[1] = make_uint4(v[4], v[5], v[6], v[7]);
 }
 
-using KernelFn = void (*)(CUtensorMap, const std::uint8_t*, void*, OutputType, int, int, int, int, float,
-                          std::uint64_t*, CUtensorMap, int, int);
+using KernelFn = void (*)(CUtensorMap, CUtensorMap, const std::uint8_t*, void*, OutputType, int, int, int, int, float,
+                          std::uint64_t*, CUtensorMap, CUtensorMap, int, int);
 
 KernelFn kernel_for(const TileConfig& c) {
   auto is = [&](int block_m, int stages, bool persistent, int k_groups) {
@@ -768,15 +807,8 @@ CUtensorMap make_output_map(void* out, OutputType type, std::int64_t m, std::int
   return map;
 }
 
-}  // namespace
-
 CUtensorMap make_activation_map(const void* act_bf16, std::int64_t m, std::int64_t k, int block_m) {
   const EncodeTiled encode = encode_tiled();
-  if ((k * 2) % 16 != 0 || m < 1) {
-    std::ostringstream os;
-    os << "activation tensor map needs m >= 1 and k * 2 % 16 == 0: m = " << m << ", k = " << k;
-    throw InvalidArgument(os.str());
-  }
   CUtensorMap map{};
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(m)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * 2};
@@ -794,7 +826,18 @@ CUtensorMap make_activation_map(const void* act_bf16, std::int64_t m, std::int64
   return map;
 }
 
-void launch_gemm(const Plan& plan, const CUtensorMap& act_map, const std::uint8_t* packed, void* out,
+}  // namespace
+
+ActivationMaps make_activation_maps(const void* act_bf16, std::int64_t m, std::int64_t k, int block_m) {
+  if ((k * 2) % 16 != 0 || m < 1) {
+    std::ostringstream os;
+    os << "activation tensor map needs m >= 1 and k * 2 % 16 == 0: m = " << m << ", k = " << k;
+    throw InvalidArgument(os.str());
+  }
+  return {make_activation_map(act_bf16, m, k, block_m), make_activation_map(act_bf16, m, k, block_m / 2)};
+}
+
+void launch_gemm(const Plan& plan, const ActivationMaps& act_maps, const std::uint8_t* packed, void* out,
                  OutputType out_type, std::int64_t m, std::int64_t n, float alpha, cudaStream_t stream,
                  std::uint64_t* timeline, bool programmatic) {
   prepare_launch(plan);
@@ -819,10 +862,14 @@ void launch_gemm(const Plan& plan, const CUtensorMap& act_map, const std::uint8_
   // epilogue); the rest through the staged fp32 tile.
   const bool tma_store = plan.split_k == 1 && out_type != OutputType::f32 && n % 8 == 0 &&
                          reinterpret_cast<std::uintptr_t>(out) % 16 == 0;
-  const CUtensorMap out_map = tma_store ? make_output_map(out, out_type, m, n, plan.config.block_m) : CUtensorMap{};
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel_for(plan.config), act_map, packed, out, out_type, static_cast<int>(m),
-                                static_cast<int>(n), static_cast<int>(plan.k_blocks), plan.split_k, kernel_alpha,
-                                timeline, out_map, tma_store ? 1 : 0, programmatic ? 1 : 0));
+  const int block_m = plan.config.block_m;
+  const CUtensorMap out_map = tma_store ? make_output_map(out, out_type, m, n, block_m) : CUtensorMap{};
+  // Only a persistent CTA runs half tiles (persistent_schedule).
+  const CUtensorMap out_half_map =
+      tma_store && plan.config.persistent ? make_output_map(out, out_type, m, n, block_m / 2) : CUtensorMap{};
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel_for(plan.config), act_maps.tile, act_maps.half_tile, packed, out, out_type,
+                                static_cast<int>(m), static_cast<int>(n), static_cast<int>(plan.k_blocks), plan.split_k,
+                                kernel_alpha, timeline, out_map, out_half_map, tma_store ? 1 : 0, programmatic ? 1 : 0));
 }
 
 void launch_dequantize_bf16(const std::uint8_t* codes, const std::uint8_t* scales, std::uint16_t* out,

@@ -30,16 +30,21 @@ void prepare_launch(const Plan& plan);
 // as can be resident at once (each loops over its tiles).
 std::int64_t launch_ctas(const Plan& plan);
 
-// Tensor map of a row-major [m, k] bf16 activation matrix, boxes of kBlockK x block_m with the
-// 128-byte swizzle (rows beyond m read as zeros). k * 2 must be a multiple of 16.
-CUtensorMap make_activation_map(const void* act_bf16, std::int64_t m, std::int64_t k, int block_m);
+// Tensor maps of a row-major [m, k] bf16 activation matrix with the 128-byte swizzle (rows beyond m
+// read as zeros): boxes of kBlockK x block_m (`tile`) and kBlockK x block_m / 2 (`half_tile`, for
+// the half tiles of a persistent schedule). k * 2 must be a multiple of 16.
+struct ActivationMaps {
+  CUtensorMap tile{};
+  CUtensorMap half_tile{};
+};
+ActivationMaps make_activation_maps(const void* act_bf16, std::int64_t m, std::int64_t k, int block_m);
 
 // Words per CTA of the optional timeline: %globaltimer (ns) at the CTA's start, when its first stage
 // had arrived, at the end of its main loop and at the end of its epilogue, then its SM id and the
 // SM clock cycles (32-bit clock) from the first stage's arrival to the end of the main loop.
 inline constexpr int kTimelineFields = 6;
 
-// D[m, n] = alpha * A * W^T on `stream`. `act_map` from make_activation_map(.., plan.config.block_m);
+// D[m, n] = alpha * A * W^T on `stream`. `act_maps` from make_activation_maps(.., plan.config.block_m);
 // `packed` from pack_weights (uploaded); `out` row-major [m, n] of `out_type`. Graph-capturable.
 // `timeline`: nullptr, or launch_ctas(plan) x kTimelineFields words of device memory that thread 0 of
 // each CTA fills (a diagnostic: where a CTA's time goes; costs one wait and six timer reads).
@@ -47,7 +52,7 @@ inline constexpr int kTimelineFields = 6;
 // previous one in the stream still runs; it requests its first weight stages at once and waits
 // for that kernel to complete before it reads A or writes D. It lets the next kernel start once
 // each CTA's main loop is done.
-void launch_gemm(const Plan& plan, const CUtensorMap& act_map, const std::uint8_t* packed, void* out,
+void launch_gemm(const Plan& plan, const ActivationMaps& act_maps, const std::uint8_t* packed, void* out,
                  OutputType out_type, std::int64_t m, std::int64_t n, float alpha, cudaStream_t stream,
                  std::uint64_t* timeline = nullptr, bool programmatic = false);
 

@@ -58,6 +58,11 @@ const std::vector<TileConfig>& tile_configs() {
       // and the narrow activation tiles keep the tensor cores and the ring small.
       {32, 16, false, 2},  // 140,544 B
       {16, 16, false, 2},  // 107,776 B
+      // 3/4 of the m256 tile's tensor work per K block, still above the consumers'
+      // dequantization: M = 384, 768, 1536 fill the H200's 132 SMs with whole tiles where m256
+      // leaves a quarter of a wave idle.
+      {192, 7},        // 205,424 B
+      {192, 6, true},  // 225,376 B (48 KB of output staging)
   };
   return configs;
 }
@@ -139,6 +144,13 @@ constexpr TileCost kTileCosts[] = {
     {128, false, 1, 2.92, 2.73, 0.410},  // ~77%
     {64, false, 1, 3.38, 1.25, 0.311},   // ~51%
     {256, true, 1, 3.83, 0.0, 0.613, 0.0, 0.47},  // unsplit only
+    // Run 34's sweep at M = 384, 768, 1536 (54 plans, median error 3.0%): ~84% of m192's tensor
+    // rate (0.537 us per K block against m256's 0.613-0.638 for 4/3 the work). The persistent
+    // one's 0.545 (least squares: 0.537, within the spread of its one-wave points, 0.51-0.56)
+    // keeps the m256 persistent plan at M = 1536, N = 4096, K = 6144, where two waves of m192
+    // measured 6% slower than the model says (power-limited, as the m256 kernels at M >= 1024).
+    {192, false, 1, 3.81, 2.52, 0.537},
+    {192, true, 1, 2.35, 0.0, 0.545, 0.0, 0.42},
     // ~0.28-0.29 us per K block whatever the tile's width and consumer warps: 8 wgmma per K
     // block at ~70 cycles each (docs/KERNELS-prefill.md, "Narrow tiles").
     {32, false, 2, 3.28, 0.74, 0.291},

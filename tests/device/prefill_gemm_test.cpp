@@ -272,24 +272,29 @@ TEST(PrefillKernel, PersistentCtasLoopOverMoreTilesThanTheyAre) {
 
 TEST(PrefillKernel, PersistentCtasRunTheLastWaveAsHalfTiles) {
   REQUIRE_HOPPER();
-  // 4 x 40 = 160 tiles of 256 x 128 on 132 resident CTAs: a full wave, then 28 tiles (the last
-  // activation tile row) run as 56 half tiles of 128 rows (persistent_schedule). M = 1000: both
-  // halves partial-free but the second ends at M; M = 900: the second half holds 4 rows; M = 800:
-  // the second half is empty and skipped. N = 5000: the TMA-store epilogue (bf16) with a partial
-  // weight tile; N = 4999 and f32: the fragment stores.
+  // 4 x 40 = 160 tiles of block_m x 128 on 132 resident CTAs: a full wave, then 28 tiles (the last
+  // activation tile row) run as 56 half tiles (persistent_schedule). The last tile row holds
+  // block_m - 24 rows (the second half partial), block_m / 2 + 4 (the second half 4 rows) or 32
+  // (the second half empty and skipped). N = 5000: the TMA-store epilogue (bf16, f16) with a
+  // partial weight tile; N = 4999 and f32: the fragment stores.
   struct Shape {
-    std::int64_t m, n, k;
+    int (*last_rows)(int block_m);  // rows of the last activation tile row
+    std::int64_t n, k;
     OutputType out;
   };
+  const auto almost_full = [](int block_m) { return block_m - 24; };
+  const auto four_past_half = [](int block_m) { return block_m / 2 + 4; };
+  const auto under_half = [](int) { return 32; };
   std::uint64_t seed = 7900;
-  for (const Shape s : {Shape{1000, 5000, 192, OutputType::bf16}, Shape{900, 5000, 64, OutputType::f16},
-                        Shape{800, 5000, 192, OutputType::bf16}, Shape{1000, 4999, 192, OutputType::bf16},
-                        Shape{900, 5000, 128, OutputType::f32}}) {
-    const GemmProblem p = make_problem(s.m, s.n, s.k, false, s.out);
-    const GemmInputs in = make_gemm_inputs(p, ++seed, InputDistribution::exact_grid);
-    const ReferenceResult ref = reference_gemm(in.a_view(), in.b_view(), in.alpha);
+  for (const Shape s : {Shape{almost_full, 5000, 192, OutputType::bf16}, Shape{four_past_half, 5000, 64, OutputType::f16},
+                        Shape{under_half, 5000, 192, OutputType::bf16}, Shape{almost_full, 4999, 192, OutputType::bf16},
+                        Shape{four_past_half, 5000, 128, OutputType::f32}}) {
+    ++seed;
     for (const prefill::TileConfig& c : prefill::tile_configs()) {
       if (!c.persistent) continue;
+      const GemmProblem p = make_problem(3 * c.block_m + s.last_rows(c.block_m), s.n, s.k, false, s.out);
+      const GemmInputs in = make_gemm_inputs(p, seed, InputDistribution::exact_grid);
+      const ReferenceResult ref = reference_gemm(in.a_view(), in.b_view(), in.alpha);
       const prefill::Plan plan = prefill::make_plan(p.m, p.n, p.k, c, 1);
       SCOPED_TRACE(repro(plan.describe() + ", " + p.label(), seed));
       const prefill::PersistentSchedule sched = prefill::persistent_schedule(plan.ctas(), prefill::launch_ctas(plan));

@@ -19,13 +19,15 @@ using test::h200_context;
 
 TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
   const std::vector<TileConfig>& configs = tile_configs();
-  ASSERT_EQ(configs.size(), 6u);
+  ASSERT_EQ(configs.size(), 8u);
   EXPECT_EQ(configs[0].name(), "sm90a bf16 x nvfp4 m256n128k64 6 stages");
   EXPECT_EQ(configs[1].name(), "sm90a bf16 x nvfp4 m128n128k64 9 stages");
   EXPECT_EQ(configs[2].name(), "sm90a bf16 x nvfp4 m64n128k64 12 stages");
   EXPECT_EQ(configs[3].name(), "sm90a bf16 x nvfp4 m256n128k64 4 stages persistent");
   EXPECT_EQ(configs[4].name(), "sm90a bf16 x nvfp4 m32n128k64 16 stages 2 k-groups");
   EXPECT_EQ(configs[5].name(), "sm90a bf16 x nvfp4 m16n128k64 16 stages 2 k-groups");
+  EXPECT_EQ(configs[6].name(), "sm90a bf16 x nvfp4 m192n128k64 7 stages");
+  EXPECT_EQ(configs[7].name(), "sm90a bf16 x nvfp4 m192n128k64 6 stages persistent");
   // Two consumer warpgroups per k-group and one producer warpgroup.
   EXPECT_EQ(configs[0].threads(), 384);
   EXPECT_EQ(configs[4].threads(), 640);
@@ -41,6 +43,8 @@ TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
   // A persistent config adds its own bf16 output tile, 256 x 128 x 2 B, in front of the ring.
   EXPECT_EQ(configs[3].persistent_staging_bytes(), 256 * 128 * 2);
   EXPECT_EQ(configs[3].smem_bytes(), 256 * 128 * 2 + 4 * (256 * 128 + 4608) + 64 + 1024);
+  EXPECT_EQ(configs[6].smem_bytes(), 7 * (192 * 128 + 4608) + 112 + 1024);
+  EXPECT_EQ(configs[7].smem_bytes(), 192 * 128 * 2 + 6 * (192 * 128 + 4608) + 96 + 1024);
   EXPECT_EQ(configs[0].persistent_staging_bytes(), 0);
   EXPECT_EQ(configs[0].partial_tile_bytes(), 256 * 128 * 4);
   EXPECT_EQ(configs[0].staged_tile_bytes(), 256 * 132 * 4);
@@ -200,7 +204,8 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
     bool persistent;
   };
   // The sweep's fastest plan at each point (run 14, graph us, cold inputs; M <= 64: run 16, the
-  // narrow tiles launched programmatically as the backends do).
+  // narrow tiles launched programmatically as the backends do; M = 384-1536: runs 33-34, the
+  // persistent kernels halving their last waves, the m192 tiles).
   for (const Case c : {Case{256, 6144, 2048, 128, 1, false},    // 16.62 us
                        Case{256, 4096, 6144, 128, 2, false},    // 25.30
                        Case{128, 2048, 6144, 128, 6, false},    // 13.25
@@ -210,6 +215,12 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
                        Case{1024, 4096, 6144, 256, 1, true},    // 66.28
                        Case{4096, 4096, 6144, 256, 1, true},    // 301.61
                        Case{4096, 6144, 2048, 256, 1, false},   // 142.65
+                       Case{384, 4096, 6144, 192, 2, false},    // 32.77
+                       Case{768, 2048, 6144, 192, 2, false},    // 32.63
+                       Case{768, 6144, 2048, 192, 1, true},     // 33.06 (60 of 192 tiles halved)
+                       Case{1024, 6144, 2048, 256, 1, true},    // 37.81 (60 of 192 tiles halved)
+                       Case{1536, 4096, 6144, 256, 1, true},    // 112.17 (60 of 192 tiles halved)
+                       Case{1536, 6144, 2048, 192, 1, true},    // 56.07
                        Case{64, 4096, 6144, 64, 3, false},      // 15.16
                        Case{64, 2048, 6144, 64, 6, false},      // 10.53
                        Case{64, 6144, 2048, 64, 2, false},      // 9.58
@@ -248,15 +259,15 @@ TEST(PrefillPolicy, CandidatesCoverEveryPlanAndSayWhyOthersCannotRun) {
   const ConcurrentCtas no_threes = [](const TileConfig&, int split) { return split == 3 ? 0 : 132 / split * split; };
   const std::vector<PlanCandidate> c = plan_candidates(512, 2048, 6144, small, no_threes);
   // In tile_configs() order: m256, m128, m64 and the persistent m256 unfit, then m32 and m16 x
-  // splits 1..8.
-  ASSERT_EQ(c.size(), 4u + 2 * kMaxSplitK);
-  for (std::size_t i = 0; i < 4; ++i) {
+  // splits 1..8, then the two m192 configs unfit.
+  ASSERT_EQ(c.size(), 6u + 2 * kMaxSplitK);
+  for (const std::size_t i : {0u, 1u, 2u, 3u, 4u + 2 * kMaxSplitK, 5u + 2 * kMaxSplitK}) {
     EXPECT_EQ(c[i].status.code, StatusCode::not_supported) << c[i].config.name();
     EXPECT_NE(c[i].status.reason.find(std::to_string(c[i].config.smem_bytes())), std::string::npos) << c[i].status.reason;
     EXPECT_NE(c[i].status.reason.find("145000"), std::string::npos) << c[i].status.reason;
   }
   const PlanCandidate* best = nullptr;
-  for (std::size_t i = 4; i < c.size(); ++i) {
+  for (std::size_t i = 4; i < 4 + 2 * kMaxSplitK; ++i) {
     const int block_m = i < 4 + kMaxSplitK ? 32 : 16;
     EXPECT_EQ(c[i].config.block_m, block_m);
     EXPECT_EQ(c[i].split_k, static_cast<int>((i - 4) % kMaxSplitK) + 1);

@@ -73,6 +73,27 @@ struct Wgmma<128> {
     ptx::wgmma_m64n128k16_rs(d, a, desc);
   }
 };
+// N = 96 and 192 as two wgmmas on adjacent row ranges of the activation tile, sharing the A
+// fragment: the accumulator registers of m64nN are those of m64n(N1) followed by those of
+// m64n(N - N1) (register i holds column 8 (i / 4) + 2t + i % 2), and rows N1.. of the K-major tile
+// start N1 x 128 bytes further (the descriptor's address field counts 16-byte units).
+template <int N1, int N2>
+__device__ __forceinline__ void wgmma_split(float (&d)[(N1 + N2) / 2], const std::uint32_t (&a)[4], std::uint64_t desc) {
+  Wgmma<N1>::mma(*reinterpret_cast<float(*)[N1 / 2]>(&d[0]), a, desc);
+  Wgmma<N2>::mma(*reinterpret_cast<float(*)[N2 / 2]>(&d[N1 / 2]), a, desc + (N1 * 128 >> 4));
+}
+template <>
+struct Wgmma<96> {
+  static __device__ __forceinline__ void mma(float (&d)[48], const std::uint32_t (&a)[4], std::uint64_t desc) {
+    wgmma_split<64, 32>(d, a, desc);
+  }
+};
+template <>
+struct Wgmma<192> {
+  static __device__ __forceinline__ void mma(float (&d)[96], const std::uint32_t (&a)[4], std::uint64_t desc) {
+    wgmma_split<128, 64>(d, a, desc);
+  }
+};
 template <>
 struct Wgmma<256> {
   static __device__ __forceinline__ void mma(float (&d)[128], const std::uint32_t (&a)[4], std::uint64_t desc) {
@@ -655,9 +676,11 @@ KernelFn kernel_for(const TileConfig& c) {
     return c.block_m == block_m && c.stages == stages && c.persistent == persistent && c.k_groups == k_groups;
   };
   if (is(256, 6, false, 1)) return prefill_gemm_kernel<256, 6, false, 1>;
+  if (is(192, 7, false, 1)) return prefill_gemm_kernel<192, 7, false, 1>;
   if (is(128, 9, false, 1)) return prefill_gemm_kernel<128, 9, false, 1>;
   if (is(64, 12, false, 1)) return prefill_gemm_kernel<64, 12, false, 1>;
   if (is(256, 4, true, 1)) return prefill_gemm_kernel<256, 4, true, 1>;
+  if (is(192, 6, true, 1)) return prefill_gemm_kernel<192, 6, true, 1>;
   if (is(32, 16, false, 2)) return prefill_gemm_kernel<32, 16, false, 2>;
   if (is(16, 16, false, 2)) return prefill_gemm_kernel<16, 16, false, 2>;
   throw InvalidArgument("no prefill kernel compiled for " + c.name() + " (see prefill_tile_configs())");

@@ -91,7 +91,7 @@ class PrefillRunner final : public GemmRunner {
     const prefill::ActivationMaps& map = maps_[w4a4_ ? 0 : static_cast<std::size_t>(set)];
     prefill::launch_gemm(plan_, map, packed_.get() + packed_bytes_ * static_cast<std::size_t>(set),
                          outputs_.get() + out_bytes_ * static_cast<std::size_t>(set), p_.out_type, p_.m, p_.n, alpha_,
-                         s, nullptr, prefill::launches_programmatically(plan_.config));
+                         s, nullptr, programmatic());
   }
 
   // 0xFF bytes are NaN in f32, bf16 and fp16.
@@ -128,13 +128,18 @@ class PrefillRunner final : public GemmRunner {
   double alpha() const override { return static_cast<double>(alpha_); }
   std::string config() const override {
     std::string c = plan_.describe();
-    if (prefill::launches_programmatically(plan_.config)) c += ", programmatic launch";
+    if (programmatic()) c += ", programmatic launch";
     if (w4a4_) c += "; activations dequantized to a bf16 workspace by a separate kernel each run";
     return c;
   }
   bool on_device() const override { return true; }
 
  private:
+  // Behind the W4A4 activation pass every config launches programmatically: that pass lets the
+  // GEMM start once its last CTA has started, so the GEMM's launch and first weight stages
+  // overlap the pass's tail (the GEMM reads the activations only after the pass completes).
+  bool programmatic() const { return w4a4_ || prefill::launches_programmatically(plan_.config); }
+
   prefill::Plan choose(const DeviceContext& device) const {
     return prefill::choose_plan(p_.m, p_.n, p_.k, device, prefill::concurrent_ctas);
   }

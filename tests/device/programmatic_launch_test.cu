@@ -177,8 +177,8 @@ TEST(DecodeGemm, ProgrammaticLaunchWaitsForThePreviousKernel) {
 
 // The prefill kernels under a programmatic launch: their producer requests the first weight stages
 // before it waits for the previous kernel, then the activations; D is written only after every
-// stage has arrived. Every config the backends launch programmatically (block_m <= 128), with and
-// without split-K (the cluster reduction).
+// stage has arrived. Every config (the backends launch those up to m128 programmatically, and
+// every one behind the W4A4 activation pass), with and without split-K (the cluster reduction).
 TEST(PrefillKernel, ProgrammaticLaunchWaitsForThePreviousKernel) {
   REQUIRE_GPU();
   const Status avail = prefill::kernels_available();
@@ -193,8 +193,8 @@ TEST(PrefillKernel, ProgrammaticLaunchWaitsForThePreviousKernel) {
     Race race(s.m, s.n, s.k, 4343);
     cuda::DeviceBuffer<std::uint8_t> packed(prefill::pack_weights(race.in.b_fp4).bytes);
     for (const prefill::TileConfig& c : prefill::tile_configs()) {
-      if (!prefill::launches_programmatically(c)) continue;
       for (int split : {1, 3}) {
+        if (c.persistent && split > 1) continue;
         const prefill::Plan plan = prefill::make_plan(s.m, s.n, s.k, c, split);
         const prefill::ActivationMaps map = prefill::make_activation_maps(race.a.get(), s.m, s.k, c.block_m);
         race.expect_correct_behind_late_producer(stream, times, plan.describe() + ", programmatic", [&] {

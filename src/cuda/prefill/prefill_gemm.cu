@@ -656,6 +656,10 @@ __global__ void sm90a_probe_kernel(int* flag) { *flag = FP4GAP_PREFILL_SM90A; }
 // One 16-element NVFP4 block per thread: 8 code bytes and one scale in, 32 bytes of bf16 out.
 __global__ void dequantize_bf16_kernel(const std::uint8_t* __restrict__ codes, const std::uint8_t* __restrict__ scales,
                                        std::uint16_t* __restrict__ out, std::int64_t blocks) {
+  // A GEMM launched programmatically behind this pass may start once every CTA of it has started
+  // (so none waits for an SM the GEMM holds); it reads the bf16 activations only after this grid
+  // has completed.
+  cuda::allow_dependent_launch();
   const std::int64_t b = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (b >= blocks) return;
   const uint2 c = *reinterpret_cast<const uint2*>(codes + b * 8);

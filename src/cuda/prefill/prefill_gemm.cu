@@ -16,7 +16,8 @@
 // load before the previous kernel has completed. Split-K CTAs of one tile form a cluster and add their
 // fp32 partial tiles in a fixed order through distributed shared memory (deterministic). A
 // persistent instantiation runs one CTA per SM over many tiles: the producer keeps loading the next
-// tile while the consumers store this one (16-bit outputs through stmatrix + TMA store).
+// tile while the consumers store this one (16-bit outputs through stmatrix + TMA store), and a
+// small last wave runs as half tiles (persistent_schedule).
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -137,20 +137,20 @@ struct TileCost {
   bool persistent;
   int k_groups;
   double fixed_us, split_us, per_k_block_us;
-  double half_fixed_us = 0.0, half_per_k_block_us = 0.0;  // persistent half tiles
+  double half_per_k_block_us = 0.0;  // persistent half tiles (no fixed part of their own)
 };
 constexpr TileCost kTileCosts[] = {
     {256, false, 1, 2.97, 5.94, 0.638},  // main loop at ~92% of the bf16 tensor rate
     {128, false, 1, 2.92, 2.73, 0.410},  // ~77%
     {64, false, 1, 3.38, 1.25, 0.311},   // ~51%
-    {256, true, 1, 3.83, 0.0, 0.613, 0.0, 0.47},  // unsplit only
+    {256, true, 1, 3.83, 0.0, 0.613, 0.47},  // unsplit only
     // Run 34's sweep at M = 384, 768, 1536 (54 plans, median error 3.0%): ~84% of m192's tensor
     // rate (0.537 us per K block against m256's 0.613-0.638 for 4/3 the work). The persistent
     // one's 0.545 (least squares: 0.537, within the spread of its one-wave points, 0.51-0.56)
     // keeps the m256 persistent plan at M = 1536, N = 4096, K = 6144, where two waves of m192
     // measured 6% slower than the model says (power-limited, as the m256 kernels at M >= 1024).
     {192, false, 1, 3.81, 2.52, 0.537},
-    {192, true, 1, 2.35, 0.0, 0.545, 0.0, 0.42},
+    {192, true, 1, 2.35, 0.0, 0.545, 0.42},
     // ~0.28-0.29 us per K block whatever the tile's width and consumer warps: 8 wgmma per K
     // block at ~70 cycles each (docs/KERNELS-prefill.md, "Narrow tiles").
     {32, false, 2, 3.28, 0.74, 0.291},
@@ -172,7 +172,7 @@ double plan_cost(const Plan& p, int concurrent_ctas) {
   if (p.config.persistent) {
     // Whole waves of whole tiles, then at most one wave of half tiles.
     const PersistentSchedule s = persistent_schedule(p.ctas(), concurrent_ctas);
-    const double half_wave = s.halved_tiles > 0 ? c.half_fixed_us + c.half_per_k_block_us * kb_per_cta : 0.0;
+    const double half_wave = s.halved_tiles > 0 ? c.half_per_k_block_us * kb_per_cta : 0.0;
     return static_cast<double>(ceil_div(s.whole_tiles, concurrent_ctas)) * tile_us + half_wave;
   }
   return static_cast<double>(ceil_div(p.ctas(), concurrent_ctas)) * tile_us;

@@ -402,7 +402,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
       timeline_field(1) = ptx::global_timer();
       c_first_data = static_cast<std::uint32_t>(clock());
     }
-    // A unit's K blocks, `width` activation rows wide. No condition inside the loop body: with one
+    // A unit's K blocks into `acc` (as wide as the unit). No condition inside the loop body: with one
     // there, ptxas cannot see where each wgmma group ends and serializes every wgmma (C7513). The
     // unit's first kInFlight blocks have nothing to release (the previous unit released its last
     // blocks after its main loop).

@@ -65,6 +65,13 @@ struct TileConfig {
   // ~7%. Not persistent.
   int k_groups = 1;
 
+  // Whether split plans of this config may add their partials in a global workspace
+  // (SplitReduction::workspace): the narrow tiles only. There one CTA adds a few KB per split;
+  // for the wider ones the cluster reduction spreads the adding over all split CTAs, and the
+  // serial one would also spill their registers.
+  FP4GAP_HD static constexpr bool workspace_split(int block_m, bool persistent) { return block_m <= 64 && !persistent; }
+  bool workspace_split() const { return workspace_split(block_m, persistent); }
+
   // e.g. "sm90a bf16 x nvfp4 m256n128k64 6 stages", "... 4 stages persistent",
   // "... m32n128k64 16 stages 2 k-groups"
   std::string name() const;
@@ -99,16 +106,34 @@ Status check_tile_config(const TileConfig& c, const DeviceContext& device);
 
 // ---- Dispatch policy (plain C++, host-tested) ----
 
+// How the split_k CTAs of one output tile add their partial sums (both in split order, so
+// repeated runs are bitwise equal):
+//   cluster:   the CTAs form a thread-block cluster and each adds a band of the tile from the
+//              others' shared memory. A cluster must fit in one GPC, so fewer CTAs run at once
+//              (the H200 runs 102 CTAs in clusters of 6, 120 in clusters of 4 or 8).
+//   workspace: each CTA stores its partial tile to a global workspace and the last of them to
+//              arrive (a counter per tile) adds all and stores the tile; no cluster, so every SM
+//              can run one. The adding is one CTA's, so it suits the narrow tiles.
+enum class SplitReduction { cluster, workspace };
+
 struct Plan {
   TileConfig config;
-  int split_k = 1;           // CTAs sharing one output tile along K (a cluster of split_k)
+  int split_k = 1;           // CTAs sharing one output tile along K
+  SplitReduction reduction = SplitReduction::cluster;  // when split_k > 1
   std::int64_t m_tiles = 0;  // ceil(M / block_m)
   std::int64_t n_tiles = 0;  // ceil(N / kBlockN)
   std::int64_t k_blocks = 0; // ceil(K / kBlockK)
   // Work units: output tiles x split_k. A persistent config launches at most one CTA per
   // concurrently resident slot and loops over them.
   std::int64_t ctas() const { return m_tiles * n_tiles * split_k; }
-  std::string describe() const;  // config name plus split, e.g. "... 6 stages, split-k 4"
+  // CTAs that form one cluster at launch: split_k with a cluster reduction, else 1.
+  int cluster_size() const { return split_k > 1 && reduction == SplitReduction::cluster ? split_k : 1; }
+  // Device memory launch_gemm needs (0: none): for a workspace reduction, the partial tiles
+  // (fp32, tiles x split_k x block_m x kBlockN) followed by one 32-bit counter per tile, which
+  // must be zero before the first launch; every launch leaves them zero.
+  std::int64_t workspace_bytes() const;
+  // config name plus split, e.g. "... 6 stages, split-k 4", "..., split-k 8 (partials in global memory)"
+  std::string describe() const;
 };
 
 // CTAs of `config` that run at once when launched in clusters of `split` (one CTA per SM: the
@@ -130,6 +155,7 @@ ConcurrentCtas datasheet_concurrent_ctas(const fp4gap::DeviceSpec& spec);
 struct PlanCandidate {
   TileConfig config;
   int split_k = 1;
+  SplitReduction reduction = SplitReduction::cluster;
   Status status;
   Plan plan;                  // valid when status is ok
   int concurrent_ctas = 0;
@@ -139,8 +165,8 @@ struct PlanCandidate {
 
 // Every configuration (one not_supported entry per configuration that does not fit the device)
 // and every split 1..min(kMaxSplitK, K blocks) of the feasible ones (split 1 only for a persistent
-// config), in the policy's order: tile_configs() order, then smaller split. `concurrent` empty:
-// default_concurrent_ctas.
+// config), each split above 1 with a cluster and then a workspace reduction, in the policy's
+// order: tile_configs() order, then smaller split. `concurrent` empty: default_concurrent_ctas.
 std::vector<PlanCandidate> plan_candidates(std::int64_t m, std::int64_t n, std::int64_t k, const DeviceContext& device,
                                            const ConcurrentCtas& concurrent = {});
 
@@ -163,7 +189,8 @@ constexpr bool launches_programmatically(const TileConfig& config) { return conf
 
 // A plan for an explicit configuration and split (tests and the tuner); throws InvalidArgument
 // when split_k is outside [1, kMaxSplitK], or above 1 for a persistent config.
-Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, const TileConfig& config, int split_k);
+Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, const TileConfig& config, int split_k,
+               SplitReduction reduction = SplitReduction::cluster);
 
 // K blocks [begin, end) that split `s` of `split_k` accumulates; every split gets at most one
 // block more than another, and none is empty while k_blocks >= split_k.

@@ -69,6 +69,9 @@ class PrefillRunner final : public GemmRunner {
                                                      p_.m, p_.k, plan_.config.block_m));
       }
     }
+    // A split plan's partial tiles and counters (zeroed once; every launch leaves them zero).
+    split_workspace_ = DeviceBuffer<std::uint8_t>(static_cast<std::size_t>(plan_.workspace_bytes()));
+    split_workspace_.fill_bytes(0);
     out_bytes_ = static_cast<std::size_t>(p_.m * p_.n * output_type_bytes(p_.out_type));
     outputs_ = DeviceBuffer<std::uint8_t>(out_bytes_ * static_cast<std::size_t>(sets));
     // A first launch here loads the kernels and sets their shared-memory limit outside any graph
@@ -91,7 +94,7 @@ class PrefillRunner final : public GemmRunner {
     const prefill::ActivationMaps& map = maps_[w4a4_ ? 0 : static_cast<std::size_t>(set)];
     prefill::launch_gemm(plan_, map, packed_.get() + packed_bytes_ * static_cast<std::size_t>(set),
                          outputs_.get() + out_bytes_ * static_cast<std::size_t>(set), p_.out_type, p_.m, p_.n, alpha_,
-                         s, nullptr, programmatic());
+                         s, nullptr, programmatic(), split_workspace_.get());
   }
 
   // 0xFF bytes are NaN in f32, bf16 and fp16.
@@ -153,7 +156,7 @@ class PrefillRunner final : public GemmRunner {
   Nvfp4Matrix act_fp4_;
   std::vector<std::uint16_t> act_bf16_;
   std::size_t packed_bytes_ = 0, a_bytes_ = 0, a_code_bytes_ = 0, a_scale_bytes_ = 0, out_bytes_ = 0;
-  DeviceBuffer<std::uint8_t> packed_, a_bf16_dev_, a_codes_, a_scales_, outputs_;
+  DeviceBuffer<std::uint8_t> packed_, a_bf16_dev_, a_codes_, a_scales_, outputs_, split_workspace_;
   DeviceBuffer<std::uint16_t> workspace_;
   std::vector<prefill::ActivationMaps> maps_;
 };

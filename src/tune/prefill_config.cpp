@@ -90,10 +90,18 @@ Status check_tile_config(const TileConfig& c, const DeviceContext& device) {
 std::string Plan::describe() const {
   std::ostringstream os;
   os << config.name() << ", split-k " << split_k;
+  if (split_k > 1 && reduction == SplitReduction::workspace) os << " (partials in global memory)";
   return os.str();
 }
 
-Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, const TileConfig& config, int split_k) {
+std::int64_t Plan::workspace_bytes() const {
+  if (split_k == 1 || reduction != SplitReduction::workspace) return 0;
+  const std::int64_t tiles = m_tiles * n_tiles;
+  return tiles * split_k * config.block_m * kBlockN * 4 + tiles * 4;
+}
+
+Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, const TileConfig& config, int split_k,
+               SplitReduction reduction) {
   if (split_k < 1 || split_k > kMaxSplitK) {
     std::ostringstream os;
     os << "split_k outside [1, " << kMaxSplitK << "]: split_k = " << split_k;
@@ -101,6 +109,9 @@ Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, const TileConfig&
   }
   if (config.persistent && split_k != 1) {
     throw InvalidArgument(config.name() + " runs unsplit: split_k = " + std::to_string(split_k));
+  }
+  if (split_k > 1 && reduction == SplitReduction::workspace && !config.workspace_split()) {
+    throw InvalidArgument(config.name() + ": a workspace split-K reduction needs a tile of at most 64 rows, not persistent");
   }
   if (m < 1 || n < 1 || k < 1) {
     std::ostringstream os;
@@ -110,6 +121,7 @@ Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, const TileConfig&
   Plan p;
   p.config = config;
   p.split_k = split_k;
+  p.reduction = split_k > 1 ? reduction : SplitReduction::cluster;
   p.m_tiles = ceil_div(m, config.block_m);
   p.n_tiles = ceil_div(n, kBlockN);
   p.k_blocks = ceil_div(k, kBlockK);
@@ -138,6 +150,9 @@ struct TileCost {
   int k_groups;
   double fixed_us, split_us, per_k_block_us;
   double half_per_k_block_us = 0.0;  // persistent half tiles (no fixed part of their own)
+  // A workspace reduction (SplitReduction::workspace): a fixed part and one per split that the
+  // last CTA adds. PLACEHOLDER until measured.
+  double workspace_split_us = 9.0, workspace_per_split_us = 0.0;
 };
 constexpr TileCost kTileCosts[] = {
     {256, false, 1, 2.97, 5.94, 0.638},  // main loop at ~92% of the bf16 tensor rate
@@ -167,7 +182,11 @@ const TileCost& tile_cost(const TileConfig& config) {
 double plan_cost(const Plan& p, int concurrent_ctas) {
   const TileCost& c = tile_cost(p.config);
   const double kb_per_cta = static_cast<double>(ceil_div(p.k_blocks, p.split_k));
-  const double split = p.split_k > 1 ? c.split_us : 0.0;
+  double split = 0.0;
+  if (p.split_k > 1) {
+    split = p.reduction == SplitReduction::cluster ? c.split_us
+                                                   : c.workspace_split_us + c.workspace_per_split_us * p.split_k;
+  }
   const double tile_us = c.fixed_us + split + c.per_k_block_us * kb_per_cta;
   if (p.config.persistent) {
     // Whole waves of whole tiles, then at most one wave of half tiles.
@@ -206,19 +225,24 @@ std::vector<PlanCandidate> plan_candidates(std::int64_t m, std::int64_t n, std::
       continue;
     }
     for (int split = 1; split <= (c.persistent ? 1 : max_split); ++split) {
-      PlanCandidate cand = base;
-      cand.split_k = split;
-      cand.concurrent_ctas = concurrent ? concurrent(c, split) : default_concurrent_ctas(device, split);
-      if (cand.concurrent_ctas < split) {
-        std::ostringstream os;
-        os << "a cluster of " << split << " CTAs of " << c.name() << " cannot run at once on " << device.name;
-        cand.status = Status::not_supported(os.str());
-      } else {
-        cand.plan = make_plan(m, n, k, c, split);
-        cand.waves = ceil_div(cand.plan.ctas(), cand.concurrent_ctas);
-        cand.predicted_us = plan_cost(cand.plan, cand.concurrent_ctas);
+      for (const SplitReduction reduction : {SplitReduction::cluster, SplitReduction::workspace}) {
+        if (reduction == SplitReduction::workspace && (split == 1 || !c.workspace_split())) continue;
+        PlanCandidate cand = base;
+        cand.split_k = split;
+        cand.reduction = reduction;
+        const int cluster = reduction == SplitReduction::cluster ? split : 1;
+        cand.concurrent_ctas = concurrent ? concurrent(c, cluster) : default_concurrent_ctas(device, cluster);
+        if (cand.concurrent_ctas < cluster) {
+          std::ostringstream os;
+          os << "a cluster of " << split << " CTAs of " << c.name() << " cannot run at once on " << device.name;
+          cand.status = Status::not_supported(os.str());
+        } else {
+          cand.plan = make_plan(m, n, k, c, split, reduction);
+          cand.waves = ceil_div(cand.plan.ctas(), cand.concurrent_ctas);
+          cand.predicted_us = plan_cost(cand.plan, cand.concurrent_ctas);
+        }
+        out.push_back(cand);
       }
-      out.push_back(cand);
     }
   }
   return out;

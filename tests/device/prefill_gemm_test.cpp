@@ -139,6 +139,7 @@ struct DeviceGemm {
   cuda::DeviceBuffer<std::uint16_t> act;
   cuda::DeviceBuffer<std::uint8_t> packed;
   cuda::DeviceBuffer<std::uint8_t> out;
+  cuda::DeviceBuffer<std::uint8_t> workspace;  // a workspace split's partials and counters
   prefill::ActivationMaps map;
 };
 
@@ -149,6 +150,8 @@ DeviceGemm upload(const GemmInputs& in, const prefill::Plan& plan) {
   d.out = cuda::DeviceBuffer<std::uint8_t>(
       static_cast<std::size_t>(in.problem.m * in.problem.n * output_type_bytes(in.problem.out_type)));
   d.map = prefill::make_activation_maps(d.act.get(), in.problem.m, in.problem.k, plan.config.block_m);
+  d.workspace = cuda::DeviceBuffer<std::uint8_t>(static_cast<std::size_t>(plan.workspace_bytes()));
+  d.workspace.fill_bytes(0);
   return d;
 }
 
@@ -170,7 +173,7 @@ std::vector<float> read_floats(const DeviceGemm& d, const GemmProblem& p) {
 
 void launch(const DeviceGemm& d, const GemmInputs& in, const prefill::Plan& plan, cudaStream_t stream) {
   prefill::launch_gemm(plan, d.map, d.packed.get(), d.out.get(), in.problem.out_type, in.problem.m, in.problem.n,
-                       static_cast<float>(in.alpha), stream);
+                       static_cast<float>(in.alpha), stream, nullptr, false, d.workspace.get());
 }
 
 // Runs `plan` on poisoned output `runs` times: the first run within the gamma(k) bound, finite and
@@ -193,6 +196,14 @@ void expect_exact_and_repeatable(const GemmInputs& in, const ReferenceResult& re
     ASSERT_EQ(std::memcmp(next.data(), first.data(), next.size() * sizeof(float)), 0)
         << "run " << run << " differs bitwise from run 1";
   }
+  if (plan.workspace_bytes() > 0) {
+    // The counters (after the partial tiles) are back at zero for the next launch.
+    const std::vector<std::uint8_t> ws = d.workspace.download();
+    const std::size_t tiles = static_cast<std::size_t>(plan.m_tiles * plan.n_tiles);
+    for (std::size_t i = ws.size() - 4 * tiles; i < ws.size(); ++i) {
+      ASSERT_EQ(ws[i], 0) << "counter byte " << i - (ws.size() - 4 * tiles) << " after " << runs << " runs";
+    }
+  }
 }
 
 TEST(PrefillKernel, EveryConfigurationAndSplitIsExactAndRepeatable) {
@@ -208,13 +219,17 @@ TEST(PrefillKernel, EveryConfigurationAndSplitIsExactAndRepeatable) {
     for (const prefill::TileConfig& c : prefill::tile_configs()) {
       for (int split : {1, 2, 3, 4, 5, 8}) {
         if (c.persistent && split > 1) continue;  // make_plan refuses it (host-tested)
-        const prefill::Plan plan = prefill::make_plan(p.m, p.n, p.k, c, split);
-        SCOPED_TRACE(repro(plan.describe() + ", " + p.label(), seed));
-        if (prefill::concurrent_ctas(c, split) < split) {
-          ADD_FAILURE() << "a cluster of " << split << " CTAs of " << c.name() << " cannot run on " << gpu().name;
-          continue;
+        for (const prefill::SplitReduction reduction :
+             {prefill::SplitReduction::cluster, prefill::SplitReduction::workspace}) {
+          if (split == 1 && reduction == prefill::SplitReduction::workspace) continue;
+          const prefill::Plan plan = prefill::make_plan(p.m, p.n, p.k, c, split, reduction);
+          SCOPED_TRACE(repro(plan.describe() + ", " + p.label(), seed));
+          if (prefill::concurrent_ctas(c, plan.cluster_size()) < plan.cluster_size()) {
+            ADD_FAILURE() << "a cluster of " << split << " CTAs of " << c.name() << " cannot run on " << gpu().name;
+            continue;
+          }
+          expect_exact_and_repeatable(in, ref, plan, 4);
         }
-        expect_exact_and_repeatable(in, ref, plan, 4);
       }
     }
   }
@@ -222,9 +237,10 @@ TEST(PrefillKernel, EveryConfigurationAndSplitIsExactAndRepeatable) {
 
 TEST(PrefillKernel, TmaStoreEpilogueIsExactAtEveryEdge) {
   REQUIRE_HOPPER();
-  // Unsplit 16-bit outputs with N % 8 == 0 leave through the copy engine. N = 264: two full
-  // weight tiles and one of 8 columns (its second 64-column half lies wholly beyond N); M = 300
-  // and 1: partial activation tiles; N = 8: the smallest row the tensor map allows.
+  // Whole 16-bit output tiles with N % 8 == 0 leave through the copy engine: unsplit, or added up
+  // by the last CTA of a workspace split. N = 264: two full weight tiles and one of 8 columns (its
+  // second 64-column half lies wholly beyond N); M = 300 and 1: partial activation tiles; N = 8:
+  // the smallest row the tensor map allows.
   struct Shape {
     std::int64_t m, n, k;
   };
@@ -238,6 +254,11 @@ TEST(PrefillKernel, TmaStoreEpilogueIsExactAtEveryEdge) {
         const prefill::Plan plan = prefill::make_plan(p.m, p.n, p.k, c, 1);
         SCOPED_TRACE(repro(plan.describe() + ", " + p.label(), seed));
         expect_exact_and_repeatable(in, ref, plan, 2);
+        if (c.persistent || plan.k_blocks < 2) continue;
+        const prefill::Plan split = prefill::make_plan(p.m, p.n, p.k, c, std::min<int>(3, static_cast<int>(plan.k_blocks)),
+                                                       prefill::SplitReduction::workspace);
+        SCOPED_TRACE(repro(split.describe() + ", " + p.label(), seed));
+        expect_exact_and_repeatable(in, ref, split, 2);
       }
     }
   }
@@ -372,10 +393,14 @@ TEST(PrefillKernel, DISABLED_SweepConfigsAndSplits) {
       const prefill::Plan chosen = prefill::choose_plan(m, s.n, s.k, gpu(), prefill::concurrent_ctas);
       const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(s.n) * static_cast<double>(s.k);
       std::printf("\n%s: %d input sets; policy: %s\n", p.label().c_str(), sets, chosen.describe().c_str());
-      // Splits 5 and 7 left out above M = 64 to bound the run.
+      // Left out to bound the run: splits 5 and 7 above M = 64, and tiles wider than 64 rows that
+      // are at least twice as wide as M.
       for (const prefill::PlanCandidate& cand : prefill::plan_candidates(m, s.n, s.k, gpu(), prefill::concurrent_ctas)) {
         if (!cand.status.is_ok() || (m > 64 && (cand.split_k == 5 || cand.split_k == 7))) continue;
+        if (cand.config.block_m > 64 && cand.config.block_m >= 2 * m) continue;
         const prefill::Plan& plan = cand.plan;
+        cuda::DeviceBuffer<std::uint8_t> workspace(static_cast<std::size_t>(plan.workspace_bytes()));
+        workspace.fill_bytes(0);
         std::vector<prefill::ActivationMaps> maps;
         for (int i = 0; i < sets; ++i) maps.push_back(prefill::make_activation_maps(acts[i].get(), m, s.k, plan.config.block_m));
         prefill::prepare_launch(plan);
@@ -385,7 +410,7 @@ TEST(PrefillKernel, DISABLED_SweepConfigsAndSplits) {
                 prefill::launch_gemm(plan, maps[static_cast<std::size_t>(set)],
                                      weights[static_cast<std::size_t>(set)].get(), out.get(), OutputType::bf16, m, s.n,
                                      static_cast<float>(in.alpha), static_cast<cudaStream_t>(stream), nullptr,
-                                     programmatic);
+                                     programmatic, workspace.get());
               },
               sets, gpu(), TimingOptions{});
         };

@@ -178,7 +178,7 @@ TEST(DecodeGemm, ProgrammaticLaunchWaitsForThePreviousKernel) {
 // The prefill kernels under a programmatic launch: their producer requests the first weight stages
 // before it waits for the previous kernel, then the activations; D is written only after every
 // stage has arrived. Every config (the backends launch those up to m128 programmatically, and
-// every one behind the W4A4 activation pass), with and without split-K (the cluster reduction).
+// every one behind the W4A4 activation pass), with and without split-K (both reductions).
 TEST(PrefillKernel, ProgrammaticLaunchWaitsForThePreviousKernel) {
   REQUIRE_GPU();
   const Status avail = prefill::kernels_available();
@@ -193,13 +193,17 @@ TEST(PrefillKernel, ProgrammaticLaunchWaitsForThePreviousKernel) {
     Race race(s.m, s.n, s.k, 4343);
     cuda::DeviceBuffer<std::uint8_t> packed(prefill::pack_weights(race.in.b_fp4).bytes);
     for (const prefill::TileConfig& c : prefill::tile_configs()) {
-      for (int split : {1, 3}) {
-        if (c.persistent && split > 1) continue;
-        const prefill::Plan plan = prefill::make_plan(s.m, s.n, s.k, c, split);
+      for (int split : {1, 3, -3}) {  // -3: split 3 with a workspace reduction
+        if (c.persistent && split != 1) continue;
+        const prefill::Plan plan = prefill::make_plan(
+            s.m, s.n, s.k, c, split < 0 ? -split : split,
+            split < 0 ? prefill::SplitReduction::workspace : prefill::SplitReduction::cluster);
+        cuda::DeviceBuffer<std::uint8_t> workspace(static_cast<std::size_t>(plan.workspace_bytes()));
+        workspace.fill_bytes(0);
         const prefill::ActivationMaps map = prefill::make_activation_maps(race.a.get(), s.m, s.k, c.block_m);
         race.expect_correct_behind_late_producer(stream, times, plan.describe() + ", programmatic", [&] {
           prefill::launch_gemm(plan, map, packed.get(), race.d.get(), OutputType::f32, s.m, s.n,
-                               static_cast<float>(race.in.alpha), stream.get(), nullptr, true);
+                               static_cast<float>(race.in.alpha), stream.get(), nullptr, true, workspace.get());
         });
       }
     }

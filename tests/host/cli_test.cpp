@@ -370,9 +370,9 @@ TEST(Cli, PlanRanksThePrefillPlansForADatasheetGpu) {
         std::pair{"m1024 n4096 k6144", "  * sm90a bf16 x nvfp4 m256n128k64 4 stages persistent       1 "}}) {
     const std::size_t at = r.out.find(shape);
     ASSERT_NE(at, std::string::npos) << r.out;
-    const std::size_t header = r.out.find("predicted us\n", at);
+    const std::size_t header = r.out.find("split-K reduction\n", at);
     ASSERT_NE(header, std::string::npos) << r.out;
-    const std::string first_row = r.out.substr(header + 13, r.out.find('\n', header + 13) - header - 13);
+    const std::string first_row = r.out.substr(header + 18, r.out.find('\n', header + 18) - header - 18);
     EXPECT_TRUE(has(first_row, want)) << first_row;  // split 1
   }
   std::size_t marked = 0;
@@ -387,9 +387,9 @@ TEST(Cli, PlanForTheH200DatasheetUsesItsMeasuredClusterOccupancy) {
   const CliResult r = run_cli("plan --m 512 --n 2048 --k 6144 --device 'H200 SXM'");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(has(r.out, "CTAs at once: the occupancy API's answer on an H200 SXM, kept in its datasheet entry")) << r.out;
-  const std::size_t header = r.out.find("predicted us\n");
+  const std::size_t header = r.out.find("split-K reduction\n");
   ASSERT_NE(header, std::string::npos) << r.out;
-  const std::string first_row = r.out.substr(header + 13, r.out.find('\n', header + 13) - header - 13);
+  const std::string first_row = r.out.substr(header + 18, r.out.find('\n', header + 18) - header - 18);
   EXPECT_TRUE(has(first_row, "  * sm90a bf16 x nvfp4 m128n128k64 9 stages                  2 ")) << first_row;
 }
 

@@ -259,33 +259,65 @@ TEST(PrefillPolicy, CandidatesCoverEveryPlanAndSayWhyOthersCannotRun) {
   const ConcurrentCtas no_threes = [](const TileConfig&, int split) { return split == 3 ? 0 : 132 / split * split; };
   const std::vector<PlanCandidate> c = plan_candidates(512, 2048, 6144, small, no_threes);
   // In tile_configs() order: m256, m128, m64 and the persistent m256 unfit, then m32 and m16 x
-  // splits 1..8, then the two m192 configs unfit.
-  ASSERT_EQ(c.size(), 6u + 2 * kMaxSplitK);
-  for (const std::size_t i : {0u, 1u, 2u, 3u, 4u + 2 * kMaxSplitK, 5u + 2 * kMaxSplitK}) {
+  // split 1, and splits 2..8 each with a cluster and then a workspace reduction, then the two m192
+  // configs unfit.
+  constexpr std::size_t kPerConfig = 1 + 2 * (kMaxSplitK - 1);
+  constexpr std::size_t kUnfit[] = {0, 1, 2, 3, 4 + 2 * kPerConfig, 5 + 2 * kPerConfig};
+  ASSERT_EQ(c.size(), 6u + 2 * kPerConfig);
+  for (const std::size_t i : kUnfit) {
     EXPECT_EQ(c[i].status.code, StatusCode::not_supported) << c[i].config.name();
     EXPECT_NE(c[i].status.reason.find(std::to_string(c[i].config.smem_bytes())), std::string::npos) << c[i].status.reason;
     EXPECT_NE(c[i].status.reason.find("145000"), std::string::npos) << c[i].status.reason;
   }
   const PlanCandidate* best = nullptr;
-  for (std::size_t i = 4; i < 4 + 2 * kMaxSplitK; ++i) {
-    const int block_m = i < 4 + kMaxSplitK ? 32 : 16;
-    EXPECT_EQ(c[i].config.block_m, block_m);
-    EXPECT_EQ(c[i].split_k, static_cast<int>((i - 4) % kMaxSplitK) + 1);
-    if (c[i].split_k == 3) {
+  for (std::size_t i = 4; i < 4 + 2 * kPerConfig; ++i) {
+    const std::size_t j = (i - 4) % kPerConfig;  // 0: split 1; then (split 2, cluster), (split 2, workspace), ...
+    EXPECT_EQ(c[i].config.block_m, i < 4 + kPerConfig ? 32 : 16);
+    EXPECT_EQ(c[i].split_k, j == 0 ? 1 : static_cast<int>((j + 1) / 2) + 1);
+    const SplitReduction reduction = j > 0 && j % 2 == 0 ? SplitReduction::workspace : SplitReduction::cluster;
+    EXPECT_EQ(c[i].reduction, reduction);
+    if (c[i].split_k == 3 && reduction == SplitReduction::cluster) {
       EXPECT_EQ(c[i].status.code, StatusCode::not_supported);
       EXPECT_NE(c[i].status.reason.find("a cluster of 3 CTAs"), std::string::npos) << c[i].status.reason;
       continue;
     }
     ASSERT_TRUE(c[i].status.is_ok()) << c[i].status.reason;
-    EXPECT_EQ(c[i].plan.ctas(), 512 / block_m * 16 * c[i].split_k);  // m-tiles x 16 n-tiles of 128
+    EXPECT_EQ(c[i].plan.reduction, reduction);
+    EXPECT_EQ(c[i].plan.ctas(), 512 / c[i].config.block_m * 16 * c[i].split_k);  // m-tiles x 16 n-tiles of 128
+    // A workspace split forms no cluster: every SM can hold one of its CTAs.
+    if (reduction == SplitReduction::workspace) {
+      EXPECT_EQ(c[i].concurrent_ctas, 132);
+    }
     EXPECT_EQ(c[i].waves, (c[i].plan.ctas() + c[i].concurrent_ctas - 1) / c[i].concurrent_ctas);
     EXPECT_GT(c[i].predicted_us, 0.0);
     if (best == nullptr || c[i].predicted_us < best->predicted_us) best = &c[i];
   }
   ASSERT_NE(best, nullptr);
   const Plan chosen = choose_plan(512, 2048, 6144, small, no_threes);
-  EXPECT_EQ(chosen.config.block_m, best->config.block_m);
-  EXPECT_EQ(chosen.split_k, best->split_k);
+  EXPECT_EQ(chosen.describe(), best->plan.describe());
+}
+
+TEST(PrefillPlan, WorkspaceReductionNeedsANarrowTileAndSaysHowManyBytes) {
+  const TileConfig m16 = tile_configs()[5];
+  ASSERT_EQ(m16.block_m, 16);
+  // 300 x 200: 19 x 2 tiles, split 3: 38 x 3 partial tiles of 16 x 128 floats, then 38 counters.
+  const Plan p = make_plan(300, 200, 576, m16, 3, SplitReduction::workspace);
+  EXPECT_EQ(p.workspace_bytes(), 38 * 3 * 16 * kBlockN * 4 + 38 * 4);
+  EXPECT_EQ(p.cluster_size(), 1);
+  EXPECT_EQ(p.describe(), m16.name() + ", split-k 3 (partials in global memory)");
+  const Plan clustered = make_plan(300, 200, 576, m16, 3);
+  EXPECT_EQ(clustered.workspace_bytes(), 0);
+  EXPECT_EQ(clustered.cluster_size(), 3);
+  EXPECT_EQ(make_plan(300, 200, 576, m16, 1, SplitReduction::workspace).reduction, SplitReduction::cluster);
+  for (const TileConfig& c : tile_configs()) {
+    if (c.workspace_split() || c.persistent) continue;  // a persistent config refuses any split
+    try {
+      static_cast<void>(make_plan(300, 200, 576, c, 2, SplitReduction::workspace));
+      ADD_FAILURE() << c.name() << " accepted a workspace reduction";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("at most 64 rows"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(PrefillPolicy, RespectsClusterOccupancy) {

@@ -67,7 +67,8 @@ void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& 
     }
   }
   out << "    " << std::left << std::setw(52) << "config" << std::right << std::setw(6) << "split" << std::setw(7)
-      << "CTAs" << std::setw(9) << "at once" << std::setw(7) << "waves" << std::setw(14) << "predicted us" << "\n";
+      << "CTAs" << std::setw(9) << "at once" << std::setw(7) << "waves" << std::setw(14) << "predicted us"
+      << "  split-K reduction\n";
   for (const prefill::PlanCandidate& p : c) {
     const bool pick = p.status.is_ok() && p.plan.describe() == chosen.describe();
     out << (pick ? "  * " : "    ") << std::left << std::setw(52) << p.config.name() << std::right;
@@ -76,7 +77,8 @@ void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& 
       continue;
     }
     out << std::setw(6) << p.split_k << std::setw(7) << p.plan.ctas() << std::setw(9) << p.concurrent_ctas
-        << std::setw(7) << p.waves << std::setw(14) << std::fixed << std::setprecision(1) << p.predicted_us << "\n";
+        << std::setw(7) << p.waves << std::setw(14) << std::fixed << std::setprecision(1) << p.predicted_us << "  "
+        << (p.split_k == 1 ? "-" : p.reduction == prefill::SplitReduction::cluster ? "cluster" : "workspace") << "\n";
     if (p.config.persistent) {
       const prefill::PersistentSchedule sched = prefill::persistent_schedule(p.plan.ctas(), p.concurrent_ctas);
       if (sched.halved_tiles > 0) {

@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
                         const std::uint8_t* __restrict__ weights, void* __restrict__ out, OutputType out_type, int m,
                         int n, int k_blocks, int split_k, float alpha, std::uint64_t* __restrict__ timeline,
                         const __grid_constant__ CUtensorMap out_map, const __grid_constant__ CUtensorMap out_half_map,
-                        int tma_store, int programmatic) {
+                        int tma_store, int programmatic, std::uint8_t* __restrict__ workspace) {
 #if FP4GAP_PREFILL_SM90A
   // Optional per-CTA timeline (kTimelineFields words per CTA, prefill_gemm.cuh), written by thread 0
   // as it goes: no timestamp stays live in a register across the main loop.
@@ -177,6 +177,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
   constexpr std::uint32_t kStagingBytes = PERSISTENT ? BM * kBlockN * 2 : 0;
 
   extern __shared__ std::uint8_t smem_raw[];
+  __shared__ int workspace_last_cta;  // SplitReduction::workspace: this CTA adds the partial tiles
   const std::uint32_t raw_addr = ptx::smem_addr(smem_raw);
   const std::uint32_t base = (raw_addr + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1 KB
   std::uint8_t* const base_ptr = smem_raw + (base - raw_addr);
@@ -191,7 +192,9 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
   // tiles, then maybe the last wave's tiles in halves). Producer and consumers each carry the
   // ring position (stage, phase) of the next K block in registers, advanced by one per K block
   // across all the CTA's units, so a unit's first block can be at any stage and phase.
-  const int split = split_k > 1 ? static_cast<int>(ptx::cluster_rank()) : 0;
+  // Split CTAs of a tile are consecutive; without a workspace they form a cluster (Plan::reduction).
+  const bool cluster_split = split_k > 1 && workspace == nullptr;
+  const int split = cluster_split ? static_cast<int>(ptx::cluster_rank()) : static_cast<int>(blockIdx.x) % split_k;
   const int n_tiles = (n + kBlockN - 1) / kBlockN;
   const int tiles = ((m + BM - 1) / BM) * n_tiles;
   const KRange kr = split_k_range(k_blocks, split_k, split);
@@ -267,7 +270,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
         }
       }
     }
-    if (split_k > 1) {
+    if (cluster_split) {
       __syncwarp();         // the elected thread rejoins its warp: cluster barriers are .aligned
       ptx::cluster_sync();  // partial tiles written (see the consumers)
       ptx::cluster_sync();  // partial tiles read
@@ -430,6 +433,65 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
         ((it + U < iters ? consume(it + U >= kInFlight, std::integral_constant<int, U>{}, acc) : void()), ...);
       }(std::make_integer_sequence<int, kBuffers - 1>{});
     };
+    // Split-K through the workspace (SplitReduction::workspace), called by the 256 threads of
+    // k-group 0: stores this CTA's partial tile; the CTA that brings the tile's counter to split_k
+    // (the last to arrive) resets it and adds every split's partial in split order into `acc`,
+    // the same bits whichever CTA that is. Returns whether this CTA now holds the tile's sum.
+    auto add_partials_in_workspace = [&](auto& acc, int tile) -> bool {
+      constexpr int kQuads = static_cast<int>(std::extent_v<std::remove_reference_t<decltype(acc)>>) / 4;
+      constexpr int kThreads = kConsumerWarpgroups * 128;
+      constexpr std::int64_t kTileQuads = static_cast<std::int64_t>(kQuads) * kThreads;
+      const int thread = warpgroup * 128 + tid;
+      float4* const partials = reinterpret_cast<float4*>(workspace);
+      unsigned int* const counters = reinterpret_cast<unsigned int*>(partials + static_cast<std::int64_t>(tiles) * split_k * kTileQuads);
+      float4* const tile_partials = partials + static_cast<std::int64_t>(tile) * split_k * kTileQuads + thread;
+#pragma unroll
+      for (int i = 0; i < kQuads; ++i) {
+        __stcg(tile_partials + split * kTileQuads + i * kThreads,
+               make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
+      }
+      __threadfence();
+      ptx::named_barrier(1, kThreads);
+      if (thread == 0) {
+        const unsigned int arrived = atomicAdd(&counters[tile], 1u);
+        const bool last = arrived == static_cast<unsigned int>(split_k - 1);
+        if (last) atomicExch(&counters[tile], 0u);  // every split has arrived: zero for the next launch
+        workspace_last_cta = last ? 1 : 0;
+      }
+      ptx::named_barrier(1, kThreads);
+      if (workspace_last_cta == 0) return false;
+      __threadfence();
+      // Every split's partial read back (this CTA's own too: the same bits in any order of
+      // arrival) and added in split order, kBatch requests in flight before any is added (two
+      // for m64, whose 32 accumulators leave no registers for more).
+      constexpr int kBatch = BM <= 32 ? 4 : 2;
+      const float4* src = tile_partials;
+#pragma unroll
+      for (int i = 0; i < kQuads; ++i) {
+        float4 sum = __ldcg(src + i * kThreads);
+        for (int q0 = 1; q0 < split_k; q0 += kBatch) {
+          float4 part[kBatch];
+#pragma unroll
+          for (int q = 0; q < kBatch; ++q) {
+            if (q0 + q < split_k) part[q] = __ldcg(src + (q0 + q) * kTileQuads + i * kThreads);
+          }
+#pragma unroll
+          for (int q = 0; q < kBatch; ++q) {
+            if (q0 + q < split_k) {
+              sum.x += part[q].x;
+              sum.y += part[q].y;
+              sum.z += part[q].z;
+              sum.w += part[q].w;
+            }
+          }
+        }
+        acc[4 * i] = sum.x;
+        acc[4 * i + 1] = sum.y;
+        acc[4 * i + 2] = sum.z;
+        acc[4 * i + 3] = sum.w;
+      }
+      return true;
+    };
     // One work unit: its main loop and epilogue, `width` activation rows wide (BM, or BM / 2 for
     // a persistent CTA's half tile), compiled once per width.
     auto run_unit = [&](const Unit& unit, auto width) {
@@ -471,7 +533,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
         ptx::named_barrier(2, kConsumerThreads);
         if (kgroup == 1) {
           // The epilogue is group 0's; the cluster barriers of a split-K reduction count every thread.
-          if (split_k > 1) {
+          if (cluster_split) {
             ptx::cluster_sync();
             ptx::cluster_sync();
           }
@@ -489,7 +551,15 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
         // each of which has read its own part above.
       }
 
-      if (split_k == 1 && tma_store) {
+      // A workspace reduction leaves the whole tile with the split CTA that arrives last.
+      bool whole_tile = split_k == 1;
+      if constexpr (TileConfig::workspace_split(BM, PERSISTENT)) {
+        if (split_k > 1 && !cluster_split) {
+          if (!add_partials_in_workspace(acc, (unit.row0 / BM) * n_tiles + nt)) return;
+          whole_tile = true;
+        }
+      }
+      if (whole_tile && tma_store) {
         // 16-bit output through the tensor copy engine: each warp transposes its accumulator
         // fragments into the tile [BM rows][128 columns] with stmatrix (the D^T fragment of a thread
         // is word t of row g of an 8x8 block; .trans writes D rows), staged as two halves of 64
@@ -549,7 +619,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
             if (gm < m && gn < n) store_output(out, out_type, static_cast<std::int64_t>(gm) * n + gn, alpha * acc[4 * i + e]);
           }
         }
-      } else if (split_k == 1) {
+      } else if (whole_tile) {
         // Staged through shared memory so that global stores are 16-byte and row-contiguous: the
         // fragment layout alone gives 4 rows x 16 bytes per warp store. The stage ring is free once
         // both consumer warpgroups are done reading it (through the async proxy).
@@ -674,7 +744,7 @@ __global__ void dequantize_bf16_kernel(const std::uint8_t* __restrict__ codes, c
 }
 
 using KernelFn = void (*)(CUtensorMap, CUtensorMap, const std::uint8_t*, void*, OutputType, int, int, int, int, float,
-                          std::uint64_t*, CUtensorMap, CUtensorMap, int, int);
+                          std::uint64_t*, CUtensorMap, CUtensorMap, int, int, std::uint8_t*);
 
 KernelFn kernel_for(const TileConfig& c) {
   auto is = [&](int block_m, int stages, bool persistent, int k_groups) {
@@ -867,7 +937,11 @@ ActivationMaps make_activation_maps(const void* act_bf16, std::int64_t m, std::i
 
 void launch_gemm(const Plan& plan, const ActivationMaps& act_maps, const std::uint8_t* packed, void* out,
                  OutputType out_type, std::int64_t m, std::int64_t n, float alpha, cudaStream_t stream,
-                 std::uint64_t* timeline, bool programmatic) {
+                 std::uint64_t* timeline, bool programmatic, void* workspace) {
+  if (plan.workspace_bytes() > 0 && workspace == nullptr) {
+    throw InvalidArgument(plan.describe() + " needs a workspace of " + std::to_string(plan.workspace_bytes()) +
+                          " bytes; none given");
+  }
   prepare_launch(plan);
   const std::int64_t ctas = launch_ctas(plan);
   cudaLaunchConfig_t cfg{};
@@ -877,7 +951,7 @@ void launch_gemm(const Plan& plan, const ActivationMaps& act_maps, const std::ui
   cfg.stream = stream;
   cudaLaunchAttribute attrs[2]{};
   attrs[0].id = cudaLaunchAttributeClusterDimension;
-  attrs[0].val.clusterDim.x = static_cast<unsigned>(plan.split_k);
+  attrs[0].val.clusterDim.x = static_cast<unsigned>(plan.cluster_size());
   attrs[0].val.clusterDim.y = 1;
   attrs[0].val.clusterDim.z = 1;
   attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -888,7 +962,8 @@ void launch_gemm(const Plan& plan, const ActivationMaps& act_maps, const std::ui
   const float kernel_alpha = static_cast<float>(static_cast<double>(alpha) * decode::kernel_alpha_factor(decode::Math::w4a16));
   // Unsplit 16-bit outputs with 16-byte rows leave through the copy engine (the kernel's TMA-store
   // epilogue); the rest through the staged fp32 tile.
-  const bool tma_store = plan.split_k == 1 && out_type != OutputType::f32 && n % 8 == 0 &&
+  const bool whole_tiles = plan.split_k == 1 || plan.reduction == SplitReduction::workspace;
+  const bool tma_store = whole_tiles && out_type != OutputType::f32 && n % 8 == 0 &&
                          reinterpret_cast<std::uintptr_t>(out) % 16 == 0;
   const int block_m = plan.config.block_m;
   const CUtensorMap out_map = tma_store ? make_output_map(out, out_type, m, n, block_m) : CUtensorMap{};
@@ -897,7 +972,8 @@ void launch_gemm(const Plan& plan, const ActivationMaps& act_maps, const std::ui
       tma_store && plan.config.persistent ? make_output_map(out, out_type, m, n, block_m / 2) : CUtensorMap{};
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel_for(plan.config), act_maps.tile, act_maps.half_tile, packed, out, out_type,
                                 static_cast<int>(m), static_cast<int>(n), static_cast<int>(plan.k_blocks), plan.split_k,
-                                kernel_alpha, timeline, out_map, out_half_map, tma_store ? 1 : 0, programmatic ? 1 : 0));
+                                kernel_alpha, timeline, out_map, out_half_map, tma_store ? 1 : 0, programmatic ? 1 : 0,
+                                plan.workspace_bytes() > 0 ? static_cast<std::uint8_t*>(workspace) : nullptr));
 }
 
 void launch_dequantize_bf16(const std::uint8_t* codes, const std::uint8_t* scales, std::uint16_t* out,

@@ -52,9 +52,12 @@ inline constexpr int kTimelineFields = 6;
 // previous one in the stream still runs; it requests its first weight stages at once and waits
 // for that kernel to complete before it reads A or writes D. It lets the next kernel start once
 // each CTA's main loop is done.
+// `workspace`: plan.workspace_bytes() of device memory (or nullptr when that is 0), its counters
+// zero before the first launch (each launch leaves them zero); launches sharing one must be
+// ordered in one stream. Throws InvalidArgument when the plan needs one and none is given.
 void launch_gemm(const Plan& plan, const ActivationMaps& act_maps, const std::uint8_t* packed, void* out,
                  OutputType out_type, std::int64_t m, std::int64_t n, float alpha, cudaStream_t stream,
-                 std::uint64_t* timeline = nullptr, bool programmatic = false);
+                 std::uint64_t* timeline = nullptr, bool programmatic = false, void* workspace = nullptr);
 
 // Exact NVFP4 -> bf16 dequantization of a row-major [m, k] matrix with LINEAR scales (no global
 // scale): out = e2m1 * e4m3. k % 16 == 0. Graph-capturable. A kernel launched programmatically

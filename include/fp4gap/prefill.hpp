@@ -66,10 +66,10 @@ struct TileConfig {
   int k_groups = 1;
 
   // Whether split plans of this config may add their partials in a global workspace
-  // (SplitReduction::workspace): the narrow tiles only. There one CTA adds a few KB per split;
-  // for the wider ones the cluster reduction spreads the adding over all split CTAs, and the
-  // serial one would also spill their registers.
-  FP4GAP_HD static constexpr bool workspace_split(int block_m, bool persistent) { return block_m <= 64 && !persistent; }
+  // (SplitReduction::workspace): the two narrowest tiles. There the last CTA adds 8-16 KB per
+  // split; from m64 on the cluster reduction, which spreads the adding over all split CTAs, was
+  // faster at every point measured (PERF-LOG run 38), and the serial adding spills registers.
+  FP4GAP_HD static constexpr bool workspace_split(int block_m, bool persistent) { return block_m <= 32 && !persistent; }
   bool workspace_split() const { return workspace_split(block_m, persistent); }
 
   // e.g. "sm90a bf16 x nvfp4 m256n128k64 6 stages", "... 4 stages persistent",

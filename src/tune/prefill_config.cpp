@@ -111,7 +111,8 @@ Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, const TileConfig&
     throw InvalidArgument(config.name() + " runs unsplit: split_k = " + std::to_string(split_k));
   }
   if (split_k > 1 && reduction == SplitReduction::workspace && !config.workspace_split()) {
-    throw InvalidArgument(config.name() + ": a workspace split-K reduction needs a tile of at most 64 rows, not persistent");
+    throw InvalidArgument(config.name() +
+                          ": a workspace split-K reduction needs a tile of at most 32 rows, not persistent");
   }
   if (m < 1 || n < 1 || k < 1) {
     std::ostringstream os;
@@ -150,9 +151,8 @@ struct TileCost {
   int k_groups;
   double fixed_us, split_us, per_k_block_us;
   double half_per_k_block_us = 0.0;  // persistent half tiles (no fixed part of their own)
-  // A workspace reduction (SplitReduction::workspace): a fixed part and one per split that the
-  // last CTA adds. PLACEHOLDER until measured.
-  double workspace_split_us = 9.0, workspace_per_split_us = 0.0;
+  // A split plan's reduction through the workspace (the tiles that offer it: TileConfig::workspace_split).
+  double workspace_split_us = 0.0;
 };
 constexpr TileCost kTileCosts[] = {
     {256, false, 1, 2.97, 5.94, 0.638},  // main loop at ~92% of the bf16 tensor rate
@@ -168,8 +168,13 @@ constexpr TileCost kTileCosts[] = {
     {192, true, 1, 2.35, 0.0, 0.545, 0.42},
     // ~0.28-0.29 us per K block whatever the tile's width and consumer warps: 8 wgmma per K
     // block at ~70 cycles each (docs/KERNELS-prefill.md, "Narrow tiles").
-    {32, false, 2, 3.28, 0.74, 0.291},
-    {16, false, 2, 3.01, 0.71, 0.282},
+    // Run 38's sweep at M = 16..128 (PERF-LOG): with programmatic launches, as the backends run
+    // them, the m16 workspace reduction costs what the cluster one does at the same split (its 8 KB
+    // partial tiles), m32's ~1.3 us more (the last CTA reads split x 16 KB alone). The least-squares
+    // value for m32 (0.77 us more) ranks its 128-CTA plans first, which the sweep times 18% slower:
+    // the model has no term for the bandwidth 128 CTAs share; 1.3 keeps the sweep's ranking.
+    {32, false, 2, 3.28, 0.74, 0.291, 0.0, 2.04},
+    {16, false, 2, 3.01, 0.71, 0.282, 0.0, 0.71},
 };
 
 const TileCost& tile_cost(const TileConfig& config) {
@@ -184,8 +189,7 @@ double plan_cost(const Plan& p, int concurrent_ctas) {
   const double kb_per_cta = static_cast<double>(ceil_div(p.k_blocks, p.split_k));
   double split = 0.0;
   if (p.split_k > 1) {
-    split = p.reduction == SplitReduction::cluster ? c.split_us
-                                                   : c.workspace_split_us + c.workspace_per_split_us * p.split_k;
+    split = p.reduction == SplitReduction::cluster ? c.split_us : c.workspace_split_us;
   }
   const double tile_us = c.fixed_us + split + c.per_k_block_us * kb_per_cta;
   if (p.config.persistent) {

@@ -221,7 +221,7 @@ TEST(PrefillKernel, EveryConfigurationAndSplitIsExactAndRepeatable) {
         if (c.persistent && split > 1) continue;  // make_plan refuses it (host-tested)
         for (const prefill::SplitReduction reduction :
              {prefill::SplitReduction::cluster, prefill::SplitReduction::workspace}) {
-          if (split == 1 && reduction == prefill::SplitReduction::workspace) continue;
+          if (reduction == prefill::SplitReduction::workspace && (split == 1 || !c.workspace_split())) continue;
           const prefill::Plan plan = prefill::make_plan(p.m, p.n, p.k, c, split, reduction);
           SCOPED_TRACE(repro(plan.describe() + ", " + p.label(), seed));
           if (prefill::concurrent_ctas(c, plan.cluster_size()) < plan.cluster_size()) {
@@ -254,7 +254,7 @@ TEST(PrefillKernel, TmaStoreEpilogueIsExactAtEveryEdge) {
         const prefill::Plan plan = prefill::make_plan(p.m, p.n, p.k, c, 1);
         SCOPED_TRACE(repro(plan.describe() + ", " + p.label(), seed));
         expect_exact_and_repeatable(in, ref, plan, 2);
-        if (c.persistent || plan.k_blocks < 2) continue;
+        if (!c.workspace_split() || plan.k_blocks < 2) continue;
         const prefill::Plan split = prefill::make_plan(p.m, p.n, p.k, c, std::min<int>(3, static_cast<int>(plan.k_blocks)),
                                                        prefill::SplitReduction::workspace);
         SCOPED_TRACE(repro(split.describe() + ", " + p.label(), seed));

@@ -462,9 +462,8 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
       if (workspace_last_cta == 0) return false;
       __threadfence();
       // Every split's partial read back (this CTA's own too: the same bits in any order of
-      // arrival) and added in split order, kBatch requests in flight before any is added (two
-      // for m64, whose 32 accumulators leave no registers for more).
-      constexpr int kBatch = BM <= 32 ? 4 : 2;
+      // arrival) and added in split order, four requests in flight before any is added.
+      constexpr int kBatch = 4;
       const float4* src = tile_partials;
 #pragma unroll
       for (int i = 0; i < kQuads; ++i) {

@@ -89,7 +89,7 @@ class PrefillRunner final : public GemmRunner {
     if (w4a4_) {
       prefill::launch_dequantize_bf16(a_codes_.get() + a_code_bytes_ * static_cast<std::size_t>(set),
                                       a_scales_.get() + a_scale_bytes_ * static_cast<std::size_t>(set),
-                                      workspace_.get(), p_.m, p_.k, s);
+                                      workspace_.get(), p_.m, p_.k, s, /*programmatic=*/true);
     }
     const prefill::ActivationMaps& map = maps_[w4a4_ ? 0 : static_cast<std::size_t>(set)];
     prefill::launch_gemm(plan_, map, packed_.get() + packed_bytes_ * static_cast<std::size_t>(set),
@@ -140,7 +140,9 @@ class PrefillRunner final : public GemmRunner {
  private:
   // Behind the W4A4 activation pass every config launches programmatically: that pass lets the
   // GEMM start once its last CTA has started, so the GEMM's launch and first weight stages
-  // overlap the pass's tail (the GEMM reads the activations only after the pass completes).
+  // overlap the pass's tail (the GEMM reads the activations only after the pass completes). The
+  // pass itself launches programmatically too (it waits for the previous kernel before it reads
+  // or writes).
   bool programmatic() const { return w4a4_ || prefill::launches_programmatically(plan_.config); }
 
   prefill::Plan choose(const DeviceContext& device) const {
@@ -170,7 +172,7 @@ class PrefillBackend final : public GemmBackend {
     return w4a4_ ? "Hopper wgmma NVFP4 x NVFP4 (exact): activations dequantized to bf16 by a separate kernel, "
                    "then the W4A16 kernel"
                  : "Hopper wgmma bf16 x NVFP4 (exact): TMA stage ring, weight dequantized into wgmma register "
-                   "fragments, producer/consumer warpgroups, cluster split-K";
+                   "fragments, producer/consumer warpgroups, split-K in a cluster or a workspace";
   }
 
   Status supports(const GemmProblem& p, const DeviceContext& device) const override {

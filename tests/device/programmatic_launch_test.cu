@@ -210,5 +210,53 @@ TEST(PrefillKernel, ProgrammaticLaunchWaitsForThePreviousKernel) {
   }
 }
 
+// The W4A4 prefill path as the backend runs it: the activation pass (programmatic) and the GEMM
+// behind it (programmatic), after a producer that writes the NVFP4 activations (codes, then
+// linear scales) 0.2 ms late and poisons D. A pass that read its input before the producer
+// completed dequantizes zeros; a GEMM that wrote D too early is poisoned.
+TEST(PrefillKernel, ProgrammaticActivationPassWaitsForThePreviousKernel) {
+  REQUIRE_GPU();
+  const Status avail = prefill::kernels_available();
+  if (!avail.is_ok()) GTEST_SKIP() << avail.reason;
+  cuda::Stream stream;
+  cuda::DeviceBuffer<std::uint64_t> times(2);
+  times.fill_bytes(0);
+  expect_dependents_start_early(stream, times);
+  if (HasFatalFailure()) return;
+  const std::int64_t m = 40, n = 520, k = 2048;
+  const std::uint64_t seed = 4444;
+  const GemmInputs in = make_gemm_inputs({m, n, k, OperandFormat::nvfp4, OperandFormat::nvfp4, OutputType::f32}, seed,
+                                         InputDistribution::random);
+  const ReferenceResult ref = reference_gemm(in.a_view(), in.b_view(), in.alpha);
+  const Nvfp4Matrix a_linear = with_layout(in.a_fp4, ScaleLayout::linear);
+  std::vector<std::uint8_t> staged_host(a_linear.codes);
+  staged_host.insert(staged_host.end(), a_linear.scales.begin(), a_linear.scales.end());
+  cuda::DeviceBuffer<std::uint8_t> staged(staged_host), a(staged_host.size());
+  cuda::DeviceBuffer<std::uint16_t> a_bf16(static_cast<std::size_t>(m * k));
+  cuda::DeviceBuffer<float> d(static_cast<std::size_t>(m * n));
+  cuda::DeviceBuffer<std::uint8_t> packed(prefill::pack_weights(in.b_fp4).bytes);
+  for (const prefill::TileConfig& c : prefill::tile_configs()) {
+    const prefill::Plan plan = prefill::make_plan(m, n, k, c, 1);
+    const prefill::ActivationMaps map = prefill::make_activation_maps(a_bf16.get(), m, k, c.block_m);
+    auto launch = [&] {
+      prefill::launch_dequantize_bf16(a.get(), a.get() + a_linear.codes.size(), a_bf16.get(), m, k, stream.get(), true);
+      prefill::launch_gemm(plan, map, packed.get(), d.get(), OutputType::f32, m, n, static_cast<float>(in.alpha),
+                           stream.get(), nullptr, true);
+    };
+    launch();  // loads the modules (see the probe)
+    stream.synchronize();
+    a.fill_bytes(0);
+    a_bf16.fill_bytes(0);
+    d.fill_bytes(0);
+    launch_producer(staged.get(), a.get(), static_cast<std::int64_t>(a.bytes()), reinterpret_cast<std::uint8_t*>(d.get()),
+                    static_cast<std::int64_t>(d.bytes()), times.get(), stream.get());
+    launch();
+    stream.synchronize();
+    const std::vector<float> got = d.download();
+    const VerifyResult v = verify_gemm_output(got.data(), ref, k, OutputType::f32);
+    EXPECT_TRUE(v.passed) << v.message << " for " << repro("w4a4 m40 n520 k2048 " + plan.describe(), seed);
+  }
+}
+
 }  // namespace
 }  // namespace fp4gap::decode

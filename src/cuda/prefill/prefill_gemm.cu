@@ -728,8 +728,11 @@ __global__ void dequantize_bf16_kernel(const std::uint8_t* __restrict__ codes, c
                                        std::uint16_t* __restrict__ out, std::int64_t blocks) {
   // A GEMM launched programmatically behind this pass may start once every CTA of it has started
   // (so none waits for an SM the GEMM holds); it reads the bf16 activations only after this grid
-  // has completed.
+  // has completed. Launched programmatically itself (behind the previous GEMM, which may still
+  // read `out`, or the kernel that wrote `codes`), the pass reads and writes only after that
+  // kernel has completed: what it saves is its launch, not its work.
   cuda::allow_dependent_launch();
+  cuda::wait_for_previous_grid();
   const std::int64_t b = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (b >= blocks) return;
   const uint2 c = *reinterpret_cast<const uint2*>(codes + b * 8);
@@ -976,12 +979,20 @@ void launch_gemm(const Plan& plan, const ActivationMaps& act_maps, const std::ui
 }
 
 void launch_dequantize_bf16(const std::uint8_t* codes, const std::uint8_t* scales, std::uint16_t* out,
-                            std::int64_t m, std::int64_t k, cudaStream_t stream) {
+                            std::int64_t m, std::int64_t k, cudaStream_t stream, bool programmatic) {
   const std::int64_t blocks = m * (k / kBlockSize);
   if (blocks == 0) return;
   constexpr unsigned kThreads = 256;
-  dequantize_bf16_kernel<<<cuda::grid_size_1d(blocks, kThreads), kThreads, 0, stream>>>(codes, scales, out, blocks);
-  CUDA_CHECK_LAUNCH();
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(cuda::grid_size_1d(blocks, kThreads));
+  cfg.blockDim = dim3(kThreads);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = programmatic ? 1 : 0;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, dequantize_bf16_kernel, codes, scales, out, blocks));
 }
 
 }  // namespace fp4gap::prefill

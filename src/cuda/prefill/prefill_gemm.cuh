@@ -62,7 +62,9 @@ void launch_gemm(const Plan& plan, const ActivationMaps& act_maps, const std::ui
 // Exact NVFP4 -> bf16 dequantization of a row-major [m, k] matrix with LINEAR scales (no global
 // scale): out = e2m1 * e4m3. k % 16 == 0. Graph-capturable. A kernel launched programmatically
 // behind it may start once all of its CTAs have started (and must wait for it before reading out).
+// `programmatic`: launched as a programmatic dependent launch, it may start while the previous
+// kernel in the stream still runs, and reads and writes only once that kernel has completed.
 void launch_dequantize_bf16(const std::uint8_t* codes, const std::uint8_t* scales, std::uint16_t* out,
-                            std::int64_t m, std::int64_t k, cudaStream_t stream);
+                            std::int64_t m, std::int64_t k, cudaStream_t stream, bool programmatic = false);
 
 }  // namespace fp4gap::prefill

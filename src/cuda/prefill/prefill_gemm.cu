@@ -443,7 +443,8 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
       constexpr std::int64_t kTileQuads = static_cast<std::int64_t>(kQuads) * kThreads;
       const int thread = warpgroup * 128 + tid;
       float4* const partials = reinterpret_cast<float4*>(workspace);
-      unsigned int* const counters = reinterpret_cast<unsigned int*>(partials + static_cast<std::int64_t>(tiles) * split_k * kTileQuads);
+      unsigned int* const counters =
+          reinterpret_cast<unsigned int*>(partials + static_cast<std::int64_t>(tiles) * split_k * kTileQuads);
       float4* const tile_partials = partials + static_cast<std::int64_t>(tile) * split_k * kTileQuads + thread;
 #pragma unroll
       for (int i = 0; i < kQuads; ++i) {
@@ -962,8 +963,9 @@ void launch_gemm(const Plan& plan, const ActivationMaps& act_maps, const std::ui
   cfg.numAttrs = programmatic ? 2 : 1;
   // The dequantized weight carries 2^-7 (prefill.hpp, packed layout): the epilogue gives it back.
   const float kernel_alpha = static_cast<float>(static_cast<double>(alpha) * decode::kernel_alpha_factor(decode::Math::w4a16));
-  // Unsplit 16-bit outputs with 16-byte rows leave through the copy engine (the kernel's TMA-store
-  // epilogue); the rest through the staged fp32 tile.
+  // Whole output tiles (unsplit, or added up by a workspace split's last CTA) of 16-bit outputs with
+  // 16-byte rows leave through the copy engine (the kernel's TMA-store epilogue); the rest through
+  // the staged fp32 tile.
   const bool whole_tiles = plan.split_k == 1 || plan.reduction == SplitReduction::workspace;
   const bool tma_store = whole_tiles && out_type != OutputType::f32 && n % 8 == 0 &&
                          reinterpret_cast<std::uintptr_t>(out) % 16 == 0;

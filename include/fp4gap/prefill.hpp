@@ -60,9 +60,9 @@ struct TileConfig {
   bool persistent = false;
   // Consumer warpgroups per 64 weight rows (1 or 2), splitting each K block's 4 k16 steps among
   // them and adding their accumulators in the CTA at the end (group 0 + group 1: deterministic).
-  // Twice the dequantizing warps per SM for the small-M tiles; measured (PERF-LOG run 16), their
-  // main loop is bound by the count of register-A wgmmas rather than by those warps, so it gains
-  // ~7%. Not persistent.
+  // Twice the dequantizing warps per SM for the small-M tiles; measured (PERF-LOG run 16), it
+  // gains ~7%: their main loop is bound by neither those warps nor (run 37) the wgmma count, but
+  // by how fast a CTA's stages arrive. Not persistent.
   int k_groups = 1;
 
   // Whether split plans of this config may add their partials in a global workspace

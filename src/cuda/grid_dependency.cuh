@@ -9,7 +9,18 @@
 // grids resident and two prefetching (PERF-LOG run 8: decode up to 1.3x slower at N = 4096,
 // K = 6144).
 
+#include <cuda_runtime.h>
+
 namespace fp4gap::cuda {
+
+// The launch attribute (cudaLaunchKernelEx) that makes a launch a programmatic dependent of the
+// previous kernel in its stream.
+inline cudaLaunchAttribute programmatic_launch_attribute() {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  return attr;
+}
 
 __device__ __forceinline__ void allow_dependent_launch() {
 #if __CUDA_ARCH__ >= 900

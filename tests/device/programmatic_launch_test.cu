@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cuda/common.cuh"
+#include "cuda/grid_dependency.cuh"
 #include "cuda/prefill/prefill_gemm.cuh"
 #include "fp4gap/decode.hpp"
 #include "fp4gap/prefill.hpp"
@@ -75,9 +76,7 @@ void expect_dependents_start_early(cuda::Stream& stream, cuda::DeviceBuffer<std:
   cfg.gridDim = dim3(1);
   cfg.blockDim = dim3(1);
   cfg.stream = stream.get();
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr = cuda::programmatic_launch_attribute();
   cfg.attrs = &attr;
   cfg.numAttrs = 1;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, start_probe_kernel, times.get() + 1));

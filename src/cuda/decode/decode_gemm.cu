@@ -132,9 +132,7 @@ void launch_gemm(const Plan& plan, const GemmArgs& args, void* stream) {
     p.counters = reinterpret_cast<unsigned int*>(workspace + plan.activation_workspace_bytes() +
                                                  plan.workspace_partial_floats() * 4);
   }
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr = cuda::programmatic_launch_attribute();
   bool programmatic = args.programmatic_launch;
   if (plan.dequantizes_activations()) {
     auto* fp16 = reinterpret_cast<std::uint16_t*>(workspace);

@@ -957,8 +957,7 @@ void launch_gemm(const Plan& plan, const ActivationMaps& act_maps, const std::ui
   attrs[0].val.clusterDim.x = static_cast<unsigned>(plan.cluster_size());
   attrs[0].val.clusterDim.y = 1;
   attrs[0].val.clusterDim.z = 1;
-  attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attrs[1].val.programmaticStreamSerializationAllowed = 1;
+  attrs[1] = cuda::programmatic_launch_attribute();
   cfg.attrs = attrs;
   cfg.numAttrs = programmatic ? 2 : 1;
   // The dequantized weight carries 2^-7 (prefill.hpp, packed layout): the epilogue gives it back.
@@ -989,9 +988,7 @@ void launch_dequantize_bf16(const std::uint8_t* codes, const std::uint8_t* scale
   cfg.gridDim = dim3(cuda::grid_size_1d(blocks, kThreads));
   cfg.blockDim = dim3(kThreads);
   cfg.stream = stream;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr = cuda::programmatic_launch_attribute();
   cfg.attrs = &attr;
   cfg.numAttrs = programmatic ? 1 : 0;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, dequantize_bf16_kernel, codes, scales, out, blocks));

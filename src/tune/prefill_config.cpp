@@ -238,7 +238,7 @@ std::vector<PlanCandidate> plan_candidates(std::int64_t m, std::int64_t n, std::
         cand.concurrent_ctas = concurrent ? concurrent(c, cluster) : default_concurrent_ctas(device, cluster);
         if (cand.concurrent_ctas < cluster) {
           std::ostringstream os;
-          os << "a cluster of " << split << " CTAs of " << c.name() << " cannot run at once on " << device.name;
+          os << "a cluster of " << cluster << " CTAs of " << c.name() << " cannot run at once on " << device.name;
           cand.status = Status::not_supported(os.str());
         } else {
           cand.plan = make_plan(m, n, k, c, split, reduction);

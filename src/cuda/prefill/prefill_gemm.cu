@@ -465,15 +465,14 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
       // Every split's partial read back (this CTA's own too: the same bits in any order of
       // arrival) and added in split order, four requests in flight before any is added.
       constexpr int kBatch = 4;
-      const float4* src = tile_partials;
 #pragma unroll
       for (int i = 0; i < kQuads; ++i) {
-        float4 sum = __ldcg(src + i * kThreads);
+        float4 sum = __ldcg(tile_partials + i * kThreads);
         for (int q0 = 1; q0 < split_k; q0 += kBatch) {
           float4 part[kBatch];
 #pragma unroll
           for (int q = 0; q < kBatch; ++q) {
-            if (q0 + q < split_k) part[q] = __ldcg(src + (q0 + q) * kTileQuads + i * kThreads);
+            if (q0 + q < split_k) part[q] = __ldcg(tile_partials + (q0 + q) * kTileQuads + i * kThreads);
           }
 #pragma unroll
           for (int q = 0; q < kBatch; ++q) {

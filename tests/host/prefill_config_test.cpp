@@ -26,7 +26,7 @@ TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
   EXPECT_EQ(configs[3].name(), "sm90a bf16 x nvfp4 m256n128k64 4 stages persistent");
   EXPECT_EQ(configs[4].name(), "sm90a bf16 x nvfp4 m32n128k64 16 stages 2 k-groups");
   EXPECT_EQ(configs[5].name(), "sm90a bf16 x nvfp4 m16n128k64 16 stages 2 k-groups");
-  EXPECT_EQ(configs[6].name(), "sm90a bf16 x nvfp4 m192n128k64 7 stages");
+  EXPECT_EQ(configs[6].name(), "sm90a bf16 x nvfp4 m192n128k64 6 stages");
   EXPECT_EQ(configs[7].name(), "sm90a bf16 x nvfp4 m192n128k64 6 stages persistent");
   // Two consumer warpgroups per k-group and one producer warpgroup.
   EXPECT_EQ(configs[0].threads(), 384);
@@ -43,7 +43,7 @@ TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
   // A persistent config adds its own bf16 output tile, 256 x 128 x 2 B, in front of the ring.
   EXPECT_EQ(configs[3].persistent_staging_bytes(), 256 * 128 * 2);
   EXPECT_EQ(configs[3].smem_bytes(), 256 * 128 * 2 + 4 * (256 * 128 + 4608) + 64 + 1024);
-  EXPECT_EQ(configs[6].smem_bytes(), 7 * (192 * 128 + 4608) + 112 + 1024);
+  EXPECT_EQ(configs[6].smem_bytes(), 6 * (192 * 128 + 4608) + 96 + 1024);
   EXPECT_EQ(configs[7].smem_bytes(), 192 * 128 * 2 + 6 * (192 * 128 + 4608) + 96 + 1024);
   EXPECT_EQ(configs[0].persistent_staging_bytes(), 0);
   EXPECT_EQ(configs[0].partial_tile_bytes(), 256 * 128 * 4);

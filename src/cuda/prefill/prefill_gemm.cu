@@ -305,7 +305,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
     // 32). Needs the buffer sequence to repeat with the ring. Only the m64 / m128 tiles: m256's
     // blocks hide their loop overhead behind twice the tensor work, and unrolled, the m256 and
     // two-k-group kernels spill registers (outside the main loop, measured with -Xptxas -v).
-    constexpr bool kUnrollRing = !PERSISTENT && KGROUPS == 1 && BM <= 128 && STAGES % kBuffers == 0;
+    constexpr bool kUnrollRing = !PERSISTENT && KGROUPS == 1 && BM <= 192 && STAGES % kBuffers == 0;
 
     // Per-thread shared addresses in stage 0 and the descriptor of stage 0, computed once: per K
     // block only the stage's offset is added (32-bit ld.shared, see ptx::ld_shared_u32).
@@ -753,7 +753,7 @@ KernelFn kernel_for(const TileConfig& c) {
     return c.block_m == block_m && c.stages == stages && c.persistent == persistent && c.k_groups == k_groups;
   };
   if (is(256, 6, false, 1)) return prefill_gemm_kernel<256, 6, false, 1>;
-  if (is(192, 7, false, 1)) return prefill_gemm_kernel<192, 7, false, 1>;
+  if (is(192, 6, false, 1)) return prefill_gemm_kernel<192, 6, false, 1>;
   if (is(128, 9, false, 1)) return prefill_gemm_kernel<128, 9, false, 1>;
   if (is(64, 12, false, 1)) return prefill_gemm_kernel<64, 12, false, 1>;
   if (is(256, 4, true, 1)) return prefill_gemm_kernel<256, 4, true, 1>;

@@ -302,9 +302,10 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
     // A non-persistent CTA starts its one tile at stage 0, so whole passes over the ring can be
     // unrolled with every stage a constant (the stage's addresses, the released stage, the
     // fragment buffer): ~106 instructions per K block and warp instead of 115-117 (PERF-LOG run
-    // 32). Needs the buffer sequence to repeat with the ring. Only the m64 / m128 tiles: m256's
-    // blocks hide their loop overhead behind twice the tensor work, and unrolled, the m256 and
-    // two-k-group kernels spill registers (outside the main loop, measured with -Xptxas -v).
+    // 32). Needs the buffer sequence to repeat with the ring (m192 runs 6 stages, not 7, for it:
+    // run 41, 3-4% faster). Only the m64 / m128 / m192 tiles: m256's blocks hide their loop
+    // overhead behind twice the tensor work, and unrolled, the m256 and two-k-group kernels spill
+    // registers (outside the main loop, measured with -Xptxas -v).
     constexpr bool kUnrollRing = !PERSISTENT && KGROUPS == 1 && BM <= 192 && STAGES % kBuffers == 0;
 
     // Per-thread shared addresses in stage 0 and the descriptor of stage 0, computed once: per K

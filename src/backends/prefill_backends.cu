@@ -54,7 +54,7 @@ class PrefillRunner final : public GemmRunner {
       a_codes_ = upload_sets(act_fp4_.codes.data(), a_code_bytes_, sets);
       a_scales_ = upload_sets(act_fp4_.scales.data(), a_scale_bytes_, sets);
       workspace_ = DeviceBuffer<std::uint16_t>(static_cast<std::size_t>(p_.m * p_.k));
-      maps_.push_back(prefill::make_activation_maps(workspace_.get(), p_.m, p_.k, plan_.config.block_m));
+      maps_.push_back(prefill::make_activation_maps(workspace_.get(), p_.m, p_.k, plan_.config));
     } else {
       act_bf16_ = in.a_bf16;
       if (act_bf16_.size() != static_cast<std::size_t>(p_.m * p_.k)) {
@@ -66,7 +66,7 @@ class PrefillRunner final : public GemmRunner {
       a_bf16_dev_ = upload_sets(act_bf16_.data(), a_bytes_, sets);
       for (int s = 0; s < sets; ++s) {
         maps_.push_back(prefill::make_activation_maps(a_bf16_dev_.get() + a_bytes_ * static_cast<std::size_t>(s),
-                                                     p_.m, p_.k, plan_.config.block_m));
+                                                     p_.m, p_.k, plan_.config));
       }
     }
     // A split plan's partial tiles and counters (zeroed once; every launch leaves them zero).

@@ -17,6 +17,7 @@ std::string TileConfig::name() const {
   os << "sm90a bf16 x nvfp4 m" << block_m << "n" << kBlockN << "k" << kBlockK << " " << stages << " stages";
   if (persistent) os << " persistent";
   if (k_groups > 1) os << " " << k_groups << " k-groups";
+  if (copy_group > 1) os << ", " << copy_group << " K blocks per copy";
   return os.str();
 }
 
@@ -63,11 +64,24 @@ const std::vector<TileConfig>& tile_configs() {
       // leaves a quarter of a wave idle.
       {192, 6},        // 176,224 B: a multiple of its 2 fragment buffers, so the ring unrolls
       {192, 6, true},  // 225,376 B (48 KB of output staging)
+      // m128 with 3 K blocks per copy (190,096 B): ~10% less per K block, ~0.4 us more per CTA
+      // (PERF-LOG runs 43-45), so it wins from ~20 K blocks per CTA (the seed shape, M = 512:
+      // 48). Copy groups measured slower for m192 / m256 (6 stages, refilled 3 at a time) and for
+      // the narrow tiles at the splits they run at.
+      {128, 9, false, 1, 3},
   };
   return configs;
 }
 
 Status check_tile_config(const TileConfig& c, const DeviceContext& device) {
+  if (c.copy_group < 1 || c.stages % c.copy_group != 0 || (c.copy_group > 1 && c.persistent)) {
+    // A group's copies fill whole ring stages in one round: the ring must hold whole groups, and a
+    // persistent CTA's next tile would start mid-group.
+    std::ostringstream os;
+    os << c.name() << ": " << c.copy_group << " K blocks per copy must divide the " << c.stages
+       << " stages, and a persistent config copies one K block at a time";
+    return Status::not_supported(os.str());
+  }
   const std::int64_t need = c.smem_bytes();
   if (need > device.smem_per_block_optin) {
     std::ostringstream os;
@@ -149,23 +163,28 @@ struct TileCost {
   int block_m;
   bool persistent;
   int k_groups;
+  int copy_group;
   double fixed_us, split_us, per_k_block_us;
   double half_per_k_block_us = 0.0;  // persistent half tiles (no fixed part of their own)
   // A split plan's reduction through the workspace (the tiles that offer it: TileConfig::workspace_split).
   double workspace_split_us = 0.0;
 };
 constexpr TileCost kTileCosts[] = {
-    {256, false, 1, 2.97, 5.94, 0.638},  // main loop at ~92% of the bf16 tensor rate
-    {128, false, 1, 2.92, 2.73, 0.410},  // ~77%
-    {64, false, 1, 3.38, 1.25, 0.311},   // ~51%
-    {256, true, 1, 3.83, 0.0, 0.613, 0.47},  // unsplit only
+    {256, false, 1, 1, 2.97, 5.94, 0.638},  // main loop at ~92% of the bf16 tensor rate
+    {128, false, 1, 1, 2.92, 2.73, 0.410},  // ~77%
+    // 3 K blocks per copy: run 44's sweep of both m128 configs at M = 128 and 512 (36 plans each,
+    // same run) fits them with +0.37 us fixed, +0.37 us for a split and 0.904x per K block
+    // (0.350 against 0.387 us; median error 2.6%): applied to the m128 entry above.
+    {128, false, 1, 3, 3.29, 3.10, 0.371},  // ~85%
+    {64, false, 1, 1, 3.38, 1.25, 0.311},   // ~51%
+    {256, true, 1, 1, 3.83, 0.0, 0.613, 0.47},  // unsplit only
     // Run 34's sweep at M = 384, 768, 1536 (54 plans, median error 3.0%): ~84% of m192's tensor
     // rate (0.537 us per K block against m256's 0.613-0.638 for 4/3 the work). The persistent
     // one's 0.545 (least squares: 0.537, within the spread of its one-wave points, 0.51-0.56)
     // keeps the m256 persistent plan at M = 1536, N = 4096, K = 6144, where two waves of m192
     // measured 6% slower than the model says (power-limited, as the m256 kernels at M >= 1024).
-    {192, false, 1, 3.81, 2.52, 0.537},
-    {192, true, 1, 2.35, 0.0, 0.545, 0.42},
+    {192, false, 1, 1, 3.81, 2.52, 0.537},
+    {192, true, 1, 1, 2.35, 0.0, 0.545, 0.42},
     // ~0.28-0.29 us per K block whatever the tile's width, consumer warps or mma instruction: the
     // rate a CTA's stages arrive at (docs/KERNELS-prefill.md, "Narrow tiles").
     // Run 38's sweep at M = 16..128 (PERF-LOG): with programmatic launches, as the backends run
@@ -173,13 +192,16 @@ constexpr TileCost kTileCosts[] = {
     // partial tiles), m32's ~1.3 us more (the last CTA reads split x 16 KB alone). The least-squares
     // value for m32 (0.77 us more) ranks its 128-CTA plans first, which the sweep times 18% slower:
     // the model has no term for the bandwidth 128 CTAs share; 1.3 keeps the sweep's ranking.
-    {32, false, 2, 3.28, 0.74, 0.291, 0.0, 2.04},
-    {16, false, 2, 3.01, 0.71, 0.282, 0.0, 0.71},
+    {32, false, 2, 1, 3.28, 0.74, 0.291, 0.0, 2.04},
+    {16, false, 2, 1, 3.01, 0.71, 0.282, 0.0, 0.71},
 };
 
 const TileCost& tile_cost(const TileConfig& config) {
   for (const TileCost& c : kTileCosts) {
-    if (c.block_m == config.block_m && c.persistent == config.persistent && c.k_groups == config.k_groups) return c;
+    if (c.block_m == config.block_m && c.persistent == config.persistent && c.k_groups == config.k_groups &&
+        c.copy_group == config.copy_group) {
+      return c;
+    }
   }
   throw InvalidArgument("no prefill cost entry for " + config.name());
 }

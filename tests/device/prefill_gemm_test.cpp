@@ -149,7 +149,7 @@ DeviceGemm upload(const GemmInputs& in, const prefill::Plan& plan) {
   d.packed = cuda::DeviceBuffer<std::uint8_t>(prefill::pack_weights(in.b_fp4).bytes);
   d.out = cuda::DeviceBuffer<std::uint8_t>(
       static_cast<std::size_t>(in.problem.m * in.problem.n * output_type_bytes(in.problem.out_type)));
-  d.map = prefill::make_activation_maps(d.act.get(), in.problem.m, in.problem.k, plan.config.block_m);
+  d.map = prefill::make_activation_maps(d.act.get(), in.problem.m, in.problem.k, plan.config);
   d.workspace = cuda::DeviceBuffer<std::uint8_t>(static_cast<std::size_t>(plan.workspace_bytes()));
   d.workspace.fill_bytes(0);
   return d;
@@ -210,8 +210,10 @@ TEST(PrefillKernel, EveryConfigurationAndSplitIsExactAndRepeatable) {
   REQUIRE_HOPPER();
   // 300 rows: one full and one partial activation tile of either width; 200 weight rows: a
   // partial weight tile; K = 576, 448, 384: 9, 7 and 6 K blocks, split unevenly, so that every
-  // way a CTA's K blocks can end (after whole two-group rounds, then 0-3 blocks) is met.
-  for (const std::int64_t k : {576, 448, 384}) {
+  // way a CTA's K blocks can end (after whole two-group rounds, then 0-3 blocks; after whole copy
+  // groups, then a partial one) is met; K = 608: a partial last K block (32 columns), which a
+  // config copying several K blocks at once copies on its own.
+  for (const std::int64_t k : {576, 448, 384, 608}) {
     const GemmProblem p = make_problem(300, 200, k, false, OutputType::f32);
     const std::uint64_t seed = 7400 + static_cast<std::uint64_t>(k);
     const GemmInputs in = make_gemm_inputs(p, seed, InputDistribution::exact_grid);
@@ -356,7 +358,8 @@ TEST(PrefillKernel, RandomDataWithSplitKMatchesTheReferenceRepeatably) {
 // graph-timed with cold weights and activations (rotating input sets), beside the policy's pick
 // and the number of CTAs the occupancy API lets run at once. Run by hand on the GPU
 // (FP4GAP_SWEEP_MAX_M=64 bounds the rows, e.g. to sweep the decode sizes only;
-// FP4GAP_SWEEP_M=768,1536 sweeps those M instead of the default list):
+// FP4GAP_SWEEP_M=768,1536 sweeps those M instead of the default list; FP4GAP_SWEEP_MAX_BLOCK_M=128
+// leaves out the wider tiles):
 //   fp4gap_device_tests --gtest_also_run_disabled_tests --gtest_filter='PrefillKernel.DISABLED_Sweep*'
 TEST(PrefillKernel, DISABLED_SweepConfigsAndSplits) {
   REQUIRE_HOPPER();
@@ -365,6 +368,8 @@ TEST(PrefillKernel, DISABLED_SweepConfigsAndSplits) {
   };
   const char* max_m_env = std::getenv("FP4GAP_SWEEP_MAX_M");
   const std::int64_t max_m = max_m_env != nullptr ? std::atoll(max_m_env) : 4096;
+  const char* max_block_m_env = std::getenv("FP4GAP_SWEEP_MAX_BLOCK_M");
+  const int max_block_m = max_block_m_env != nullptr ? std::atoi(max_block_m_env) : 256;
   std::vector<std::int64_t> ms = {4096, 2048, 1024, 512, 256, 128, 64, 32, 16, 1};
   if (const char* list = std::getenv("FP4GAP_SWEEP_M")) {
     ms.clear();
@@ -398,11 +403,12 @@ TEST(PrefillKernel, DISABLED_SweepConfigsAndSplits) {
       for (const prefill::PlanCandidate& cand : prefill::plan_candidates(m, s.n, s.k, gpu(), prefill::concurrent_ctas)) {
         if (!cand.status.is_ok() || (m > 64 && (cand.split_k == 5 || cand.split_k == 7))) continue;
         if (cand.config.block_m > 64 && cand.config.block_m >= 2 * m) continue;
+        if (cand.config.block_m > max_block_m) continue;
         const prefill::Plan& plan = cand.plan;
         cuda::DeviceBuffer<std::uint8_t> workspace(static_cast<std::size_t>(plan.workspace_bytes()));
         workspace.fill_bytes(0);
         std::vector<prefill::ActivationMaps> maps;
-        for (int i = 0; i < sets; ++i) maps.push_back(prefill::make_activation_maps(acts[i].get(), m, s.k, plan.config.block_m));
+        for (int i = 0; i < sets; ++i) maps.push_back(prefill::make_activation_maps(acts[i].get(), m, s.k, plan.config));
         prefill::prepare_launch(plan);
         auto timed = [&](bool programmatic) {
           return time_launch(
@@ -529,6 +535,35 @@ TEST(PrefillKernel, GraphReplayWritesTheSameBits) {
     for (float x : replay1) nan_count += std::isnan(x) ? 1 : 0;
     EXPECT_EQ(nan_count, 0);
   }
+}
+
+// The launcher refuses activation maps made for another tile or copy group, or another shape,
+// naming both, before anything is launched.
+TEST(PrefillKernel, LaunchRefusesActivationMapsOfAnotherConfig) {
+  REQUIRE_HOPPER();
+  const std::int64_t m = 64, n = 128, k = 256;
+  cuda::DeviceBuffer<std::uint16_t> act(static_cast<std::size_t>(m * k));
+  cuda::DeviceBuffer<std::uint8_t> packed(static_cast<std::size_t>(prefill::kChunkBytes * (k / prefill::kBlockK)));
+  cuda::DeviceBuffer<float> out(static_cast<std::size_t>(m * n));
+  const prefill::TileConfig plain{128, 9}, grouped{128, 9, false, 1, 3};
+  const prefill::Plan plan = prefill::make_plan(m, n, k, grouped, 1);
+  auto launch_with = [&](const prefill::ActivationMaps& maps, std::int64_t launch_m) {
+    prefill::launch_gemm(plan, maps, packed.get(), out.get(), OutputType::f32, launch_m, n, 1.0f, nullptr);
+  };
+  for (const auto& [maps, launch_m] :
+       {std::pair{prefill::make_activation_maps(act.get(), m, k, plain), m},
+        std::pair{prefill::make_activation_maps(act.get(), m, k - 64, grouped), m},
+        std::pair{prefill::make_activation_maps(act.get(), m, k, grouped), m - 1}}) {
+    try {
+      launch_with(maps, launch_m);
+      ADD_FAILURE() << "launched with maps for m" << maps.block_m << ", " << maps.copy_group << " K blocks per copy, ["
+                    << maps.m << ", " << maps.k << "] at M = " << launch_m;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("do not fit " + plan.describe()), std::string::npos) << e.what();
+    }
+  }
+  launch_with(prefill::make_activation_maps(act.get(), m, k, grouped), m);  // the matching maps launch
+  CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 TEST(PrefillBackends, SupportsNamesItsRules) {

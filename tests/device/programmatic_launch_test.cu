@@ -199,7 +199,7 @@ TEST(PrefillKernel, ProgrammaticLaunchWaitsForThePreviousKernel) {
             split < 0 ? prefill::SplitReduction::workspace : prefill::SplitReduction::cluster);
         cuda::DeviceBuffer<std::uint8_t> workspace(static_cast<std::size_t>(plan.workspace_bytes()));
         workspace.fill_bytes(0);
-        const prefill::ActivationMaps map = prefill::make_activation_maps(race.a.get(), s.m, s.k, c.block_m);
+        const prefill::ActivationMaps map = prefill::make_activation_maps(race.a.get(), s.m, s.k, c);
         race.expect_correct_behind_late_producer(stream, times, plan.describe() + ", programmatic", [&] {
           prefill::launch_gemm(plan, map, packed.get(), race.d.get(), OutputType::f32, s.m, s.n,
                                static_cast<float>(race.in.alpha), stream.get(), nullptr, true, workspace.get());
@@ -236,7 +236,7 @@ TEST(PrefillKernel, ProgrammaticActivationPassWaitsForThePreviousKernel) {
   cuda::DeviceBuffer<std::uint8_t> packed(prefill::pack_weights(in.b_fp4).bytes);
   for (const prefill::TileConfig& c : prefill::tile_configs()) {
     const prefill::Plan plan = prefill::make_plan(m, n, k, c, 1);
-    const prefill::ActivationMaps map = prefill::make_activation_maps(a_bf16.get(), m, k, c.block_m);
+    const prefill::ActivationMaps map = prefill::make_activation_maps(a_bf16.get(), m, k, c);
     auto launch = [&] {
       prefill::launch_dequantize_bf16(a.get(), a.get() + a_linear.codes.size(), a_bf16.get(), m, k, stream.get(), true);
       prefill::launch_gemm(plan, map, packed.get(), d.get(), OutputType::f32, m, n, static_cast<float>(in.alpha),

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <unistd.h>
 #include <fstream>
+#include <iomanip>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -356,6 +357,13 @@ TEST(Cli, DiagnoseWithoutADeviceChecksTheCpuPipeline) {
   EXPECT_TRUE(has(r.out, "cpu-reference  W4A16")) << r.out;
 }
 
+// The start of a marked `fp4gap plan` row: the config column (62 wide), then the split (6 wide).
+std::string plan_row(const std::string& config, int split) {
+  std::ostringstream os;
+  os << "  * " << std::left << std::setw(62) << config << std::right << std::setw(6) << split << " ";
+  return os.str();
+}
+
 TEST(Cli, PlanRanksThePrefillPlansForADatasheetGpu) {
   CliResult r = run_cli("plan --m 256 --n 6144 --k 2048 --device 'H200 SXM'");
   ASSERT_EQ(r.code, 0) << r.err;
@@ -364,10 +372,12 @@ TEST(Cli, PlanRanksThePrefillPlansForADatasheetGpu) {
   r.out += second.out;
   EXPECT_TRUE(has(r.out, "device: H200 SXM (datasheet), 132 SMs, 232448 bytes")) << r.out;
   EXPECT_TRUE(has(r.out, "not a measurement")) << r.out;
-  // The fastest plan measured in the run-14 sweep at each shape, ranked first and marked.
+  // The policy's pick at each shape (run 14's fastest plan; at 256 x 6144 x 2048 now with 3 K
+  // blocks per copy, which run 44 measured faster at the same 32 K blocks per CTA), ranked first
+  // and marked.
   for (const auto& [shape, want] :
-       {std::pair{"m256 n6144 k2048", "  * sm90a bf16 x nvfp4 m128n128k64 9 stages                  1 "},
-        std::pair{"m1024 n4096 k6144", "  * sm90a bf16 x nvfp4 m256n128k64 4 stages persistent       1 "}}) {
+       {std::pair{"m256 n6144 k2048", plan_row("sm90a bf16 x nvfp4 m128n128k64 9 stages, 3 K blocks per copy", 1)},
+        std::pair{"m1024 n4096 k6144", plan_row("sm90a bf16 x nvfp4 m256n128k64 4 stages persistent", 1)}}) {
     const std::size_t at = r.out.find(shape);
     ASSERT_NE(at, std::string::npos) << r.out;
     const std::size_t header = r.out.find("split-K reduction\n", at);
@@ -382,15 +392,16 @@ TEST(Cli, PlanRanksThePrefillPlansForADatasheetGpu) {
 
 TEST(Cli, PlanForTheH200DatasheetUsesItsMeasuredClusterOccupancy) {
   // M = 512, N = 2048, K = 6144: with floor(132 / 4) x 4 = 132 CTAs at once the m256 tile split 4
-  // (128 CTAs) would look best; the H200 runs only 120 in clusters of 4, so it picks m128 split 2,
-  // as the GPU's own occupancy API makes it do (PERF-LOG runs 26-32).
+  // (128 CTAs) would look best; the H200 runs only 120 in clusters of 4, so it picks m128 split 2
+  // (with 3 K blocks per copy since run 45), as the GPU's own occupancy API makes it do (PERF-LOG
+  // runs 26-32).
   const CliResult r = run_cli("plan --m 512 --n 2048 --k 6144 --device 'H200 SXM'");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(has(r.out, "CTAs at once: the occupancy API's answer on an H200 SXM, kept in its datasheet entry")) << r.out;
   const std::size_t header = r.out.find("split-K reduction\n");
   ASSERT_NE(header, std::string::npos) << r.out;
   const std::string first_row = r.out.substr(header + 18, r.out.find('\n', header + 18) - header - 18);
-  EXPECT_TRUE(has(first_row, "  * sm90a bf16 x nvfp4 m128n128k64 9 stages                  2 ")) << first_row;
+  EXPECT_TRUE(has(first_row, plan_row("sm90a bf16 x nvfp4 m128n128k64 9 stages, 3 K blocks per copy", 2))) << first_row;
 }
 
 TEST(Cli, PlanSaysWhenAPersistentPlanHalvesItsLastWave) {

@@ -66,12 +66,14 @@ void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& 
       out << "\n";
     }
   }
-  out << "    " << std::left << std::setw(52) << "config" << std::right << std::setw(6) << "split" << std::setw(7)
+  // Wide enough for the longest configuration name ("... 9 stages, 3 K blocks per copy").
+  constexpr int kConfigWidth = 62;
+  out << "    " << std::left << std::setw(kConfigWidth) << "config" << std::right << std::setw(6) << "split" << std::setw(7)
       << "CTAs" << std::setw(9) << "at once" << std::setw(7) << "waves" << std::setw(14) << "predicted us"
       << "  split-K reduction\n";
   for (const prefill::PlanCandidate& p : c) {
     const bool pick = p.status.is_ok() && p.plan.describe() == chosen.describe();
-    out << (pick ? "  * " : "    ") << std::left << std::setw(52) << p.config.name() << std::right;
+    out << (pick ? "  * " : "    ") << std::left << std::setw(kConfigWidth) << p.config.name() << std::right;
     if (!p.status.is_ok()) {
       out << "  not supported: " << p.status.reason << "\n";
       continue;

@@ -154,9 +154,10 @@ __device__ __forceinline__ void store_staged_tile(const float* staged, void* out
 
 #endif  // FP4GAP_PREFILL_SM90A
 
-template <int BM, int STAGES, bool PERSISTENT, int KGROUPS>
+template <int BM, int STAGES, bool PERSISTENT, int KGROUPS, int GROUP>
 __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
     prefill_gemm_kernel(const __grid_constant__ CUtensorMap act_map, const __grid_constant__ CUtensorMap act_half_map,
+                        const __grid_constant__ CUtensorMap act_group_map, int k_tail,
                         const std::uint8_t* __restrict__ weights, void* __restrict__ out, OutputType out_type, int m,
                         int n, int k_blocks, int split_k, float alpha, std::uint64_t* __restrict__ timeline,
                         const __grid_constant__ CUtensorMap out_map, const __grid_constant__ CUtensorMap out_half_map,
@@ -170,6 +171,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
   if (timeline != nullptr && threadIdx.x == 0) timeline_field(0) = ptx::global_timer();
   constexpr int kActStageBytes = BM * kBlockK * 2;
   static_assert(KGROUPS == 1 || (KGROUPS == 2 && !PERSISTENT), "k-groups add up in the ring after the main loop");
+  static_assert(GROUP == 1 || (!PERSISTENT && STAGES % GROUP == 0), "copy groups fill whole rounds of one tile's ring");
   constexpr int kSteps = 4 / KGROUPS;  // k16 steps of a K block per consumer warpgroup
   constexpr int kConsumerThreads = kConsumerWarpgroups * KGROUPS * 128;
   // A persistent CTA's output staging comes first and is its own: the ring keeps filling with the
@@ -232,40 +234,63 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
     if constexpr (KGROUPS == 1) ptx::release_registers<kProducerRegisters>();
     if (threadIdx.x == kConsumerThreads) {
       ptx::prefetch_tensor_map(&act_map);
+      if constexpr (GROUP > 1) ptx::prefetch_tensor_map(&act_group_map);
       // The weight is not written by the previous kernel: under a programmatic launch the first
       // tile's first stages of weight chunks are requested before waiting for that kernel to
       // complete (it may still run), the activations after. The ring starts empty, so these
       // stages need no wait. Otherwise each stage's activations go first with its weights: all
       // weights first would queue the first stage's activations behind them (measured +1.5 us to
       // the first stage at decode sizes).
-      const int prefetched = programmatic && first_unit < units ? (iters < STAGES ? iters : STAGES) : 0;
-      for (int s = 0; s < prefetched; ++s) {
-        ptx::mbarrier_arrive_expect_tx(full_bar(s), kActStageBytes + kChunkBytes);
-        ptx::bulk_load(base + wgt_offset + s * kChunkBytes,
-                       weights + chunk_offset(first_unit % n_tiles, kr.begin + s, k_blocks), kChunkBytes, full_bar(s));
+      // A copy group: GROUP K blocks from `kb` (fewer at the end of the CTA's range) in GROUP ring
+      // stages from `stage`, counted on the first stage's full barrier. Their activations come in
+      // one 3D copy (blocks beyond K read as zeros), except for a group holding a partial last K
+      // block (k_tail), whose blocks come one 2D copy each: the 3D map has no column bound inside
+      // a block.
+      auto group_blocks = [&](int kb) { return min(GROUP, static_cast<int>(kr.end) - kb); };
+      auto act_tile_2d = [&](int kb, int nb) { return GROUP == 1 || (k_tail && kb + nb == k_blocks); };
+      const int range_groups = (iters + GROUP - 1) / GROUP;
+      const int prefetched = programmatic && first_unit < units ? min(range_groups, STAGES / GROUP) : 0;
+      for (int g = 0; g < prefetched; ++g) {
+        const int kb = static_cast<int>(kr.begin) + g * GROUP, nb = group_blocks(kb);
+        const std::uint32_t act_bytes = act_tile_2d(kb, nb) ? nb * kActStageBytes : GROUP * kActStageBytes;
+        ptx::mbarrier_arrive_expect_tx(full_bar(g * GROUP), act_bytes + nb * kChunkBytes);
+        ptx::bulk_load(base + wgt_offset + g * GROUP * kChunkBytes,
+                       weights + chunk_offset(first_unit % n_tiles, kb, k_blocks), nb * kChunkBytes,
+                       full_bar(g * GROUP));
       }
       cuda::wait_for_previous_grid();
       int stage = 0;            // ring position of the next K block to load
       std::uint32_t phase = 0;  // ... and the phase its stage's barriers are in
-      int loaded = 0;           // K blocks loaded so far
+      int loaded = 0;           // copy groups loaded so far
       for (int u = first_unit; u < units; u += unit_stride) {
         const Unit unit = unit_at(u);
         if (unit.row0 >= m) continue;  // an empty half
         // A half tile's activations fill the first half of the stage's tile.
         const CUtensorMap* map = unit.half ? &act_half_map : &act_map;
-        const std::uint32_t stage_tx = (unit.half ? kActStageBytes / 2 : kActStageBytes) + kChunkBytes;
-        for (int kb = static_cast<int>(kr.begin); kb < static_cast<int>(kr.end); ++kb, ++loaded) {
+        for (int kb = static_cast<int>(kr.begin); kb < static_cast<int>(kr.end); kb += GROUP, ++loaded) {
+          const int nb = group_blocks(kb);
+          const bool act_2d = act_tile_2d(kb, nb);
           if (loaded >= prefetched) {
-            ptx::mbarrier_wait(empty_bar(stage), phase ^ 1);
-            ptx::mbarrier_arrive_expect_tx(full_bar(stage), stage_tx);
+            // Released in order: the group's last stage free means all of its stages are.
+            ptx::mbarrier_wait(empty_bar(stage + GROUP - 1), phase ^ 1);
+            const std::uint32_t act_bytes =
+                unit.half ? kActStageBytes / 2 : (act_2d ? nb * kActStageBytes : GROUP * kActStageBytes);
+            ptx::mbarrier_arrive_expect_tx(full_bar(stage), act_bytes + nb * kChunkBytes);
           }
-          ptx::tma_load_2d(act_smem + stage * kActStageBytes, map, full_bar(stage), kb * kBlockK, unit.row0);
+          if (act_2d) {
+            for (int j = 0; j < nb; ++j) {
+              ptx::tma_load_2d(act_smem + (stage + j) * kActStageBytes, map, full_bar(stage), (kb + j) * kBlockK,
+                               unit.row0);
+            }
+          } else {
+            ptx::tma_load_3d(act_smem + stage * kActStageBytes, &act_group_map, full_bar(stage), 0, unit.row0, kb);
+          }
           if (loaded >= prefetched) {
             ptx::bulk_load(base + wgt_offset + stage * kChunkBytes, weights + chunk_offset(unit.nt, kb, k_blocks),
-                           kChunkBytes, full_bar(stage));
+                           nb * kChunkBytes, full_bar(stage));
           }
-          const bool wrap = stage == STAGES - 1;
-          stage = wrap ? 0 : stage + 1;
+          const bool wrap = stage == STAGES - GROUP;
+          stage = wrap ? 0 : stage + GROUP;
           phase ^= wrap ? 1u : 0u;
         }
       }
@@ -337,7 +362,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
     auto issue_block = [&](int stg, auto buffer, auto& acc) {
       constexpr int b = decltype(buffer)::value;
       constexpr int W = 2 * static_cast<int>(std::extent_v<std::remove_reference_t<decltype(acc)>>);
-      ptx::mbarrier_wait(full_bar(stg), phase);
+      ptx::mbarrier_wait(full_bar(stg - stg % GROUP), phase);  // the stage's copy group has arrived
       const std::uint32_t wgt_stage = static_cast<std::uint32_t>(stg) * kChunkBytes;  // the stage's chunk
       std::uint32_t words[kSteps];
       if constexpr (kSteps == 4) {
@@ -746,21 +771,23 @@ __global__ void dequantize_bf16_kernel(const std::uint8_t* __restrict__ codes, c
   dst[1] = make_uint4(v[4], v[5], v[6], v[7]);
 }
 
-using KernelFn = void (*)(CUtensorMap, CUtensorMap, const std::uint8_t*, void*, OutputType, int, int, int, int, float,
-                          std::uint64_t*, CUtensorMap, CUtensorMap, int, int, std::uint8_t*);
+using KernelFn = void (*)(CUtensorMap, CUtensorMap, CUtensorMap, int, const std::uint8_t*, void*, OutputType, int, int,
+                          int, int, float, std::uint64_t*, CUtensorMap, CUtensorMap, int, int, std::uint8_t*);
 
 KernelFn kernel_for(const TileConfig& c) {
-  auto is = [&](int block_m, int stages, bool persistent, int k_groups) {
-    return c.block_m == block_m && c.stages == stages && c.persistent == persistent && c.k_groups == k_groups;
+  auto is = [&](int block_m, int stages, bool persistent, int k_groups, int copy_group) {
+    return c.block_m == block_m && c.stages == stages && c.persistent == persistent && c.k_groups == k_groups &&
+           c.copy_group == copy_group;
   };
-  if (is(256, 6, false, 1)) return prefill_gemm_kernel<256, 6, false, 1>;
-  if (is(192, 6, false, 1)) return prefill_gemm_kernel<192, 6, false, 1>;
-  if (is(128, 9, false, 1)) return prefill_gemm_kernel<128, 9, false, 1>;
-  if (is(64, 12, false, 1)) return prefill_gemm_kernel<64, 12, false, 1>;
-  if (is(256, 4, true, 1)) return prefill_gemm_kernel<256, 4, true, 1>;
-  if (is(192, 6, true, 1)) return prefill_gemm_kernel<192, 6, true, 1>;
-  if (is(32, 16, false, 2)) return prefill_gemm_kernel<32, 16, false, 2>;
-  if (is(16, 16, false, 2)) return prefill_gemm_kernel<16, 16, false, 2>;
+  if (is(256, 6, false, 1, 1)) return prefill_gemm_kernel<256, 6, false, 1, 1>;
+  if (is(192, 6, false, 1, 1)) return prefill_gemm_kernel<192, 6, false, 1, 1>;
+  if (is(128, 9, false, 1, 1)) return prefill_gemm_kernel<128, 9, false, 1, 1>;
+  if (is(64, 12, false, 1, 1)) return prefill_gemm_kernel<64, 12, false, 1, 1>;
+  if (is(256, 4, true, 1, 1)) return prefill_gemm_kernel<256, 4, true, 1, 1>;
+  if (is(192, 6, true, 1, 1)) return prefill_gemm_kernel<192, 6, true, 1, 1>;
+  if (is(32, 16, false, 2, 1)) return prefill_gemm_kernel<32, 16, false, 2, 1>;
+  if (is(16, 16, false, 2, 1)) return prefill_gemm_kernel<16, 16, false, 2, 1>;
+  if (is(128, 9, false, 1, 3)) return prefill_gemm_kernel<128, 9, false, 1, 3>;
   throw InvalidArgument("no prefill kernel compiled for " + c.name() + " (see prefill_tile_configs())");
 }
 
@@ -908,20 +935,28 @@ CUtensorMap make_output_map(void* out, OutputType type, std::int64_t m, std::int
   return map;
 }
 
-CUtensorMap make_activation_map(const void* act_bf16, std::int64_t m, std::int64_t k, int block_m) {
+// `group` 0: 2D, boxes of kBlockK x block_m. Otherwise 3D [K / kBlockK whole K blocks][m][kBlockK]
+// (strides 128 bytes and k * 2 bytes), boxes of `group` K blocks x block_m rows x kBlockK: what
+// `group` 2D boxes at consecutive K blocks would write, in one copy. A partial last K block is
+// outside it (the kernel copies it through the 2D map).
+CUtensorMap make_activation_map(const void* act_bf16, std::int64_t m, std::int64_t k, int block_m, int group = 0) {
   const EncodeTiled encode = encode_tiled();
   CUtensorMap map{};
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(m)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * 2};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kBlockK), static_cast<cuuint32_t>(block_m)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(act_bf16), dims, strides,
-                            box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(group > 0 ? kBlockK : k), static_cast<cuuint64_t>(m),
+                              static_cast<cuuint64_t>(std::max<std::int64_t>(1, k / kBlockK))};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(k) * 2, static_cast<cuuint64_t>(kBlockK) * 2};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(kBlockK), static_cast<cuuint32_t>(block_m),
+                             static_cast<cuuint32_t>(group)};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, group > 0 ? 3 : 2, const_cast<void*>(act_bf16),
+                            dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     std::ostringstream os;
     os << "cuTensorMapEncodeTiled failed (CUresult " << static_cast<int>(r) << ") for bf16 [" << m << ", " << k
        << "], box " << kBlockK << " x " << block_m;
+    if (group > 0) os << " x " << group << " K blocks";
     throw RuntimeError(os.str());
   }
   return map;
@@ -929,18 +964,35 @@ CUtensorMap make_activation_map(const void* act_bf16, std::int64_t m, std::int64
 
 }  // namespace
 
-ActivationMaps make_activation_maps(const void* act_bf16, std::int64_t m, std::int64_t k, int block_m) {
+ActivationMaps make_activation_maps(const void* act_bf16, std::int64_t m, std::int64_t k, const TileConfig& config) {
   if ((k * 2) % 16 != 0 || m < 1) {
     std::ostringstream os;
     os << "activation tensor map needs m >= 1 and k * 2 % 16 == 0: m = " << m << ", k = " << k;
     throw InvalidArgument(os.str());
   }
-  return {make_activation_map(act_bf16, m, k, block_m), make_activation_map(act_bf16, m, k, block_m / 2)};
+  const int block_m = config.block_m;
+  ActivationMaps maps;
+  maps.tile = make_activation_map(act_bf16, m, k, block_m);
+  maps.half_tile = make_activation_map(act_bf16, m, k, block_m / 2);
+  if (config.copy_group > 1) maps.group = make_activation_map(act_bf16, m, k, block_m, config.copy_group);
+  maps.m = m;
+  maps.k = k;
+  maps.block_m = block_m;
+  maps.copy_group = config.copy_group;
+  return maps;
 }
 
 void launch_gemm(const Plan& plan, const ActivationMaps& act_maps, const std::uint8_t* packed, void* out,
                  OutputType out_type, std::int64_t m, std::int64_t n, float alpha, cudaStream_t stream,
                  std::uint64_t* timeline, bool programmatic, void* workspace) {
+  if (act_maps.block_m != plan.config.block_m || act_maps.copy_group != plan.config.copy_group || act_maps.m != m ||
+      ceil_div(act_maps.k, kBlockK) != plan.k_blocks) {
+    std::ostringstream os;
+    os << "activation maps of [" << act_maps.m << ", " << act_maps.k << "] for m" << act_maps.block_m << " tiles, "
+       << act_maps.copy_group << " K blocks per copy, do not fit " << plan.describe() << " at M = " << m
+       << " with " << plan.k_blocks << " K blocks";
+    throw InvalidArgument(os.str());
+  }
   if (plan.workspace_bytes() > 0 && workspace == nullptr) {
     throw InvalidArgument(plan.describe() + " needs a workspace of " + std::to_string(plan.workspace_bytes()) +
                           " bytes; none given");
@@ -973,7 +1025,8 @@ void launch_gemm(const Plan& plan, const ActivationMaps& act_maps, const std::ui
   // Only a persistent CTA runs half tiles (persistent_schedule).
   const CUtensorMap out_half_map =
       tma_store && plan.config.persistent ? make_output_map(out, out_type, m, n, block_m / 2) : CUtensorMap{};
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel_for(plan.config), act_maps.tile, act_maps.half_tile, packed, out, out_type,
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel_for(plan.config), act_maps.tile, act_maps.half_tile, act_maps.group,
+                                act_maps.k % kBlockK != 0 ? 1 : 0, packed, out, out_type,
                                 static_cast<int>(m), static_cast<int>(n), static_cast<int>(plan.k_blocks), plan.split_k,
                                 kernel_alpha, timeline, out_map, out_half_map, tma_store ? 1 : 0, programmatic ? 1 : 0,
                                 plan.workspace_bytes() > 0 ? static_cast<std::uint8_t*>(workspace) : nullptr));

@@ -31,20 +31,25 @@ void prepare_launch(const Plan& plan);
 std::int64_t launch_ctas(const Plan& plan);
 
 // Tensor maps of a row-major [m, k] bf16 activation matrix with the 128-byte swizzle (rows beyond m
-// read as zeros): boxes of kBlockK x block_m (`tile`) and kBlockK x block_m / 2 (`half_tile`, for
-// the half tiles of a persistent schedule). k * 2 must be a multiple of 16.
+// read as zeros) for `config`'s tiles: boxes of kBlockK x block_m (`tile`), kBlockK x block_m / 2
+// (`half_tile`, for the half tiles of a persistent schedule) and, for a config copying several K
+// blocks at once (TileConfig::copy_group), `group`: copy_group such boxes at consecutive K blocks
+// in one copy. k * 2 must be a multiple of 16. launch_gemm checks that they match its plan.
 struct ActivationMaps {
   CUtensorMap tile{};
   CUtensorMap half_tile{};
+  CUtensorMap group{};
+  std::int64_t m = 0, k = 0;
+  int block_m = 0, copy_group = 0;
 };
-ActivationMaps make_activation_maps(const void* act_bf16, std::int64_t m, std::int64_t k, int block_m);
+ActivationMaps make_activation_maps(const void* act_bf16, std::int64_t m, std::int64_t k, const TileConfig& config);
 
 // Words per CTA of the optional timeline: %globaltimer (ns) at the CTA's start, when its first stage
 // had arrived, at the end of its main loop and at the end of its epilogue, then its SM id and the
 // SM clock cycles (32-bit clock) from the first stage's arrival to the end of the main loop.
 inline constexpr int kTimelineFields = 6;
 
-// D[m, n] = alpha * A * W^T on `stream`. `act_maps` from make_activation_maps(.., plan.config.block_m);
+// D[m, n] = alpha * A * W^T on `stream`. `act_maps` from make_activation_maps(.., plan.config);
 // `packed` from pack_weights (uploaded); `out` row-major [m, n] of `out_type`. Graph-capturable.
 // `timeline`: nullptr, or launch_ctas(plan) x kTimelineFields words of device memory that thread 0 of
 // each CTA fills (a diagnostic: where a CTA's time goes; costs one wait and six timer reads).

@@ -61,14 +61,15 @@ struct TileConfig {
   // Consumer warpgroups per 64 weight rows (1 or 2), splitting each K block's 4 k16 steps among
   // them and adding their accumulators in the CTA at the end (group 0 + group 1: deterministic).
   // Twice the dequantizing warps per SM for the small-M tiles; measured (PERF-LOG run 16), it
-  // gains ~7%: their main loop is bound by neither those warps nor (run 37) the wgmma count, but
-  // by how fast a CTA's stages arrive. Not persistent.
+  // gains ~7%: their main loop is bound by neither those warps nor (run 37) the wgmma count nor
+  // (runs 43-44) the copies, but by the latency of the consumers' per-K-block chain. Not persistent.
   int k_groups = 1;
   // K blocks that one pair of copies brings in (one bulk copy of their weight chunks, one 3D
   // tensor copy of their activation tiles), arriving on one barrier; they still occupy one ring
   // stage each. A CTA's copy engine keeps only a few copies in flight, whatever their size
   // (PERF-LOG run 42: a stream of 4.6 KB copies arrives at ~34 GB/s per CTA, of 37 KB ones at
-  // ~165), so small stages starve the narrow tiles. Divides `stages`; not persistent.
+  // ~165); m128 runs ~10% faster per K block with 3 (runs 43-45). Divides `stages`; not
+  // persistent.
   int copy_group = 1;
 
   // Whether split plans of this config may add their partials in a global workspace
@@ -79,7 +80,7 @@ struct TileConfig {
   bool workspace_split() const { return workspace_split(block_m, persistent); }
 
   // e.g. "sm90a bf16 x nvfp4 m256n128k64 6 stages", "... 4 stages persistent",
-  // "... m32n128k64 16 stages 2 k-groups", "... m64n128k64 12 stages, 4 K blocks per copy"
+  // "... m32n128k64 16 stages 2 k-groups", "... m128n128k64 9 stages, 3 K blocks per copy"
   std::string name() const;
   // Threads per CTA: the consumer warpgroups and one producer warpgroup.
   int threads() const { return 128 * (kConsumerWarpgroups * k_groups + 1); }

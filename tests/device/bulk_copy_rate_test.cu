@@ -4,7 +4,8 @@
 // wait for each stage and hand it back. PERF-LOG run 37 found the narrow prefill tiles receiving
 // ~23 GB/s per CTA (one 6.6 KB stage per ~0.28 us, 16 stages ahead) whatever they computed; this
 // measures what the copy engine alone delivers per CTA at that stage size and ring depth, and at
-// larger stages, so the kernel's side and the copy engine's side can be told apart. Run by hand:
+// larger stages, so the kernel's side and the copy engine's side can be told apart (PERF-LOG run
+// 42: the copies in flight per CTA, not their bytes, bound it). Run by hand:
 //   fp4gap_device_tests --gtest_also_run_disabled_tests --gtest_filter='BulkCopy.DISABLED_StreamRate'
 #include <gtest/gtest.h>
 
@@ -89,9 +90,8 @@ TEST(BulkCopy, DISABLED_StreamRate) {
   const int sms = gpu().sm_count;
   int smem_per_sm = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0));
-  std::uint8_t* src = nullptr;
-  CUDA_CHECK(cudaMalloc(&src, static_cast<std::size_t>(kBytesPerCta) * 2 * static_cast<std::size_t>(sms)));
-  CUDA_CHECK(cudaMemset(src, 0x3C, static_cast<std::size_t>(kBytesPerCta) * 2 * static_cast<std::size_t>(sms)));
+  cuda::DeviceBuffer<std::uint8_t> src(static_cast<std::size_t>(kBytesPerCta) * 2 * static_cast<std::size_t>(sms));
+  src.fill_bytes(0x3C);
   cuda::DeviceBuffer<std::uint8_t> flush(static_cast<std::size_t>(2 * gpu().l2_bytes));
   cuda::DeviceBuffer<std::uint64_t> timeline(static_cast<std::size_t>(4 * sms));
   cuda::DeviceBuffer<std::uint32_t> sink(1);
@@ -106,7 +106,7 @@ TEST(BulkCopy, DISABLED_StreamRate) {
         // Two CTAs per SM only where two rings fit.
         if (ctas > sms && 2 * (smem + 1024) > smem_per_sm) continue;
         flush.fill_bytes(0x5A);
-        bulk_stream_kernel<<<ctas, 64, smem>>>(src, kBytesPerCta, r.stage_bytes, r.stages, copies, timeline.get(),
+        bulk_stream_kernel<<<ctas, 64, smem>>>(src.get(), kBytesPerCta, r.stage_bytes, r.stages, copies, timeline.get(),
                                                sink.get());
         CUDA_CHECK(cudaGetLastError());
         CUDA_CHECK(cudaDeviceSynchronize());
@@ -128,7 +128,6 @@ TEST(BulkCopy, DISABLED_StreamRate) {
       }
     }
   }
-  CUDA_CHECK(cudaFree(src));
 }
 
 }  // namespace

@@ -1,0 +1,164 @@
+// Diagnostic (disabled), not a test of speed: how many SM cycles one tensor-core instruction of the
+// kinds the kernels use occupies, with nothing else in the loop. The narrow prefill tiles issue 8
+// register-A wgmmas (m64nNk16, N = 16 or 32) per K block and take ~574 cycles per K block (PERF-LOG
+// run 48), the decode kernels 2 x M / 8 mma.sync m16n8k16 per 256 weight values; streaming the
+// weight at the H200's memory roof needs ~29 weight values per cycle per SM. This measures, per SM,
+// cycles per instruction and weight (A) values per cycle for each N and each number of issuing
+// warpgroups (or warps), so a kernel's tensor-side ceiling can be read off. Run by hand:
+//   fp4gap_device_tests --gtest_also_run_disabled_tests --gtest_filter='TensorRate.DISABLED_*'
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include "cuda/common.cuh"
+#include "cuda/prefill/prefill_ptx.cuh"
+#include "device_test_support.hpp"
+
+namespace fp4gap::test {
+namespace {
+
+constexpr int kStepsPerGroup = 4;  // k16 steps per commit: one K block of the prefill kernels
+
+template <int N>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const std::uint32_t (&a)[4], std::uint64_t desc) {
+#if FP4GAP_PREFILL_SM90A
+  namespace ptx = prefill::ptx;
+  if constexpr (N == 16) ptx::wgmma_m64n16k16_rs(d, a, desc);
+  if constexpr (N == 32) ptx::wgmma_m64n32k16_rs(d, a, desc);
+  if constexpr (N == 64) ptx::wgmma_m64n64k16_rs(d, a, desc);
+  if constexpr (N == 128) ptx::wgmma_m64n128k16_rs(d, a, desc);
+  if constexpr (N == 256) ptx::wgmma_m64n256k16_rs(d, a, desc);
+#else
+  (void)d, (void)a, (void)desc;
+#endif
+}
+
+// Every warpgroup issues `groups` commit groups of kStepsPerGroup register-A wgmmas on a zero B
+// tile, one group left in flight as the prefill consumers do. cycles[blockIdx.x] = the SM cycles
+// from the first issue to the last completion, taken by thread 0.
+template <int N>
+__global__ void wgmma_rate_kernel(int groups, std::uint64_t* cycles, float* sink) {
+#if FP4GAP_PREFILL_SM90A
+  namespace ptx = prefill::ptx;
+  extern __shared__ std::uint8_t smem_raw[];
+  const std::uint32_t tile = (ptx::smem_addr(smem_raw) + 1023u) & ~1023u;
+  for (int i = static_cast<int>(threadIdx.x); i < N * 128 / 4; i += static_cast<int>(blockDim.x)) {
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(tile + 4u * static_cast<std::uint32_t>(i)), "r"(0u) : "memory");
+  }
+  ptx::fence_proxy_async();
+  __syncthreads();
+  const std::uint64_t desc = ptx::sw128_kmajor_desc(tile);
+  std::uint32_t a[4] = {threadIdx.x, threadIdx.x * 3u, threadIdx.x * 5u, threadIdx.x * 7u};
+  float d[N / 2];
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) d[i] = 0.0f;
+  const long long start = clock64();
+  for (int g = 0; g < groups; ++g) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) ptx::fence_register(a[r]);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int s = 0; s < kStepsPerGroup; ++s) wgmma_rs<N>(d, a, desc + 2u * static_cast<std::uint32_t>(s));
+    ptx::wgmma_commit();
+    ptx::wgmma_wait<1>();
+  }
+  ptx::wgmma_wait<0>();
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) ptx::fence_register(d[i]);
+  __syncthreads();
+  if (threadIdx.x == 0) cycles[blockIdx.x] = static_cast<std::uint64_t>(clock64() - start);
+  if (d[0] == 1.2345f) *sink = d[1];  // never: keeps the accumulators
+#endif
+}
+
+// Every warp issues `groups` x 8 mma.sync m16n8k16 (bf16, f32 accumulate), `n_tiles` n8 tiles
+// sharing one A fragment per k16 step, as the decode kernels do for M = 8 x n_tiles.
+template <int NT>
+__global__ void mma_sync_rate_kernel(int groups, std::uint64_t* cycles, float* sink) {
+  std::uint32_t a[4] = {threadIdx.x, threadIdx.x * 3u, threadIdx.x * 5u, threadIdx.x * 7u};
+  std::uint32_t b[2] = {threadIdx.x * 11u, threadIdx.x * 13u};
+  float d[2][NT][4] = {};  // two accumulator sets, as the decode kernels keep, so mma need not wait on mma
+  __syncthreads();
+  const long long start = clock64();
+  for (int g = 0; g < groups; ++g) {
+#pragma unroll
+    for (int s = 0; s < 8; ++s) {
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        float(&acc)[4] = d[s & 1][t];
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+            "{%0, %1, %2, %3};"
+            : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+      }
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) cycles[blockIdx.x] = static_cast<std::uint64_t>(clock64() - start);
+  float x = 0.0f;
+#pragma unroll
+  for (int t = 0; t < NT; ++t) x += d[0][t][0] + d[1][t][1];
+  if (x == 1.2345f) *sink = x;  // never
+}
+
+double median(std::vector<std::uint64_t> v) {
+  std::sort(v.begin(), v.end());
+  return static_cast<double>(v[v.size() / 2]);
+}
+
+TEST(TensorRate, DISABLED_RegisterAWgmmaAndMmaSync) {
+  if (gpu().cc_major != 9) GTEST_SKIP() << "register-A wgmma is sm_90a code";
+  const int sms = gpu().sm_count;
+  constexpr int kGroups = 4096;
+  cuda::DeviceBuffer<std::uint64_t> cycles(static_cast<std::size_t>(sms));
+  cuda::DeviceBuffer<float> sink(1);
+  // More than half an SM's shared memory per CTA: one CTA per SM, whatever the grid.
+  int smem_per_sm = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0));
+  const int smem = smem_per_sm / 2 + 1024;
+  std::printf("%-28s %10s | %14s %18s\n", "instruction", "issuers/SM", "SM cycles/inst", "weight values/cycle");
+  auto report = [&](const char* kind, int issuers, double instructions, double a_values_per_inst) {
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const double c = median(cycles.download());
+    ASSERT_GT(c, 0.0) << kind;
+    std::printf("%-28s %10d | %14.1f %18.1f\n", kind, issuers, c / instructions, a_values_per_inst * instructions / c);
+  };
+  auto wgmma_rows = [&]<int N>(std::integral_constant<int, N>) {
+    CUDA_CHECK(cudaFuncSetAttribute(wgmma_rate_kernel<N>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    for (int wgs : {1, 2, 4}) {
+      if (N == 256 && wgs == 4) continue;  // 512 threads x 128 accumulators: more registers than an SM has
+      wgmma_rate_kernel<N><<<sms, 128 * wgs, smem>>>(kGroups, cycles.get(), sink.get());
+      char name[64];
+      std::snprintf(name, sizeof(name), "wgmma m64n%dk16 (A: regs)", N);
+      report(name, wgs, static_cast<double>(kGroups) * kStepsPerGroup * wgs, 64.0 * 16.0);
+    }
+  };
+  wgmma_rows(std::integral_constant<int, 16>{});
+  wgmma_rows(std::integral_constant<int, 32>{});
+  wgmma_rows(std::integral_constant<int, 64>{});
+  wgmma_rows(std::integral_constant<int, 128>{});
+  wgmma_rows(std::integral_constant<int, 256>{});
+  auto mma_rows = [&]<int NT>(std::integral_constant<int, NT>) {
+    CUDA_CHECK(cudaFuncSetAttribute(mma_sync_rate_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    for (int warps : {4, 8, 16}) {
+      mma_sync_rate_kernel<NT><<<sms, 32 * warps, smem>>>(kGroups / 4, cycles.get(), sink.get());
+      char name[64];
+      std::snprintf(name, sizeof(name), "mma.sync m16n8k16 x %d n8", NT);
+      // Weight values per instruction: 256 per k16 step, shared by its NT n8 tiles.
+      report(name, warps, static_cast<double>(kGroups / 4) * 8 * NT * warps, 256.0 / NT);
+    }
+  };
+  mma_rows(std::integral_constant<int, 1>{});
+  mma_rows(std::integral_constant<int, 2>{});
+  mma_rows(std::integral_constant<int, 4>{});
+}
+
+}  // namespace
+}  // namespace fp4gap::test

@@ -450,7 +450,7 @@ TEST(PrefillKernel, DISABLED_Timeline) {
     const prefill::Plan plan = prefill::choose_plan(s.m, s.n, s.k, gpu(), prefill::concurrent_ctas);
     const DeviceGemm d = upload(in, plan);
     const auto ctas = static_cast<std::size_t>(prefill::launch_ctas(plan));
-    cuda::DeviceBuffer<std::uint64_t> timeline(ctas * prefill::kTimelineFields);
+    cuda::DeviceBuffer<std::uint64_t> timeline(ctas * (prefill::kTimelineFields + prefill::kTimelineArrivals));
     for (int warm = 0; warm < 2; ++warm) launch(d, in, plan, nullptr);
     flush.fill_bytes(0x5A);
     prefill::launch_gemm(plan, d.map, d.packed.get(), d.out.get(), p.out_type, p.m, p.n, static_cast<float>(in.alpha),
@@ -498,6 +498,19 @@ TEST(PrefillKernel, DISABLED_Timeline) {
                 median(main_loop), largest(main_loop), median(epilogue), largest(epilogue), median(gaps), largest(gaps),
                 block_cycles.empty() ? "     -" : std::to_string(std::lround(median(block_cycles))).c_str(),
                 median(clock_ghz));
+    // When the first pass's K blocks arrive, in us from the CTA's start (medians over CTAs, at the
+    // CTAs' median clock): a steady spacing after the first is the rate the CTA's stream delivers.
+    const double ghz = median(clock_ghz);
+    std::printf("  K block arrivals, us after the CTA's start (median over CTAs):");
+    for (int j = 0; j < prefill::kTimelineArrivals; ++j) {
+      std::vector<double> at;
+      for (std::size_t c = 0; c < ctas; ++c) {
+        const std::uint64_t cycles = t[ctas * prefill::kTimelineFields + c * prefill::kTimelineArrivals + j];
+        if (cycles > 0) at.push_back(static_cast<double>(cycles) / ghz * 1e-3);
+      }
+      if (!at.empty()) std::printf(" %.2f", median(at));
+    }
+    std::printf("\n");
   }
 }
 

@@ -294,6 +294,19 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
           phase ^= wrap ? 1u : 0u;
         }
       }
+    } else if (timeline != nullptr && threadIdx.x == kConsumerThreads + 32) {
+      // Diagnostic: when each K block of the first pass over the ring arrives (its copy group's
+      // full barrier completes). Waiting on a barrier does not change it; within the first pass
+      // each barrier completes once, so the phase is 0.
+      const long long start = clock64();
+      std::uint64_t* arrivals = timeline + static_cast<std::size_t>(gridDim.x) * kTimelineFields +
+                                static_cast<std::size_t>(blockIdx.x) * kTimelineArrivals;
+      const int observed = first_unit < units ? min(iters, min(STAGES, kTimelineArrivals)) : 0;
+      for (int j = 0; j < observed; ++j) {
+        ptx::mbarrier_wait(full_bar(j - j % GROUP), 0);
+        arrivals[j] = static_cast<std::uint64_t>(clock64() - start);
+      }
+      for (int j = observed; j < kTimelineArrivals; ++j) arrivals[j] = 0;
     }
     if (cluster_split) {
       __syncwarp();         // the elected thread rejoins its warp: cluster barriers are .aligned

@@ -48,11 +48,16 @@ ActivationMaps make_activation_maps(const void* act_bf16, std::int64_t m, std::i
 // had arrived, at the end of its main loop and at the end of its epilogue, then its SM id and the
 // SM clock cycles (32-bit clock) from the first stage's arrival to the end of the main loop.
 inline constexpr int kTimelineFields = 6;
+// After every CTA's fields, kTimelineArrivals words per CTA: the SM clock cycles from the CTA's
+// start (after its barrier setup) to the arrival of each of its first K blocks (the first pass
+// over the ring, at most kTimelineArrivals; 0 beyond), watched by an otherwise idle producer thread.
+inline constexpr int kTimelineArrivals = 16;
 
 // D[m, n] = alpha * A * W^T on `stream`. `act_maps` from make_activation_maps(.., plan.config);
 // `packed` from pack_weights (uploaded); `out` row-major [m, n] of `out_type`. Graph-capturable.
-// `timeline`: nullptr, or launch_ctas(plan) x kTimelineFields words of device memory that thread 0 of
-// each CTA fills (a diagnostic: where a CTA's time goes; costs one wait and six timer reads).
+// `timeline`: nullptr, or launch_ctas(plan) x (kTimelineFields + kTimelineArrivals) words of device
+// memory that thread 0 and one producer thread of each CTA fill (a diagnostic: where a CTA's time
+// goes; costs one wait and six timer reads on the consumers' side).
 // `programmatic`: a programmatic dependent launch (sm_90): the kernel may start while the
 // previous one in the stream still runs; it requests its first weight stages at once and waits
 // for that kernel to complete before it reads A or writes D. It lets the next kernel start once

@@ -67,8 +67,15 @@ const std::vector<TileConfig>& tile_configs() {
       // m128 with 3 K blocks per copy (190,096 B): ~10% less per K block, ~0.4 us more per CTA
       // (PERF-LOG runs 43-45), so it wins from ~20 K blocks per CTA (the seed shape, M = 512:
       // 48). Copy groups measured slower for m192 / m256 (6 stages, refilled 3 at a time) and for
-      // the narrow tiles at the splits they run at.
+      // the two-k-group tiles at the splits they run at.
       {128, 9, false, 1, 3},
+      // Decode-sized batches again, two consumer warpgroups with two wgmma groups in flight and the
+      // ring unrolled (12 stages, a multiple of 3 buffers), 4 K blocks per copy: the copies no
+      // longer bound the stream of stages (the two-k-group tiles receive one K block per ~0.35 us,
+      // PERF-LOG run 52), and the consumers keep up. 3-13% faster than the two-k-group tiles at M
+      // = 16-64 in the same sweep (run 52).
+      {32, 12, false, 1, 4},  // 105,664 B
+      {16, 12, false, 1, 4},  // 81,088 B
   };
   return configs;
 }
@@ -195,6 +202,13 @@ constexpr TileCost kTileCosts[] = {
     // the model has no term for the bandwidth 128 CTAs share; 1.3 keeps the sweep's ranking.
     {32, false, 2, 1, 3.28, 0.74, 0.291, 0.0, 2.04},
     {16, false, 2, 1, 3.01, 0.71, 0.282, 0.0, 0.71},
+    // Run 52's sweep at M = 16, 32, 64 fits both families in one run (median error 2.6-4.0%); the
+    // entries below are the two-k-group ones above scaled by the fitted ratios (per K block 0.75x
+    // / 0.80x, fixed 0.93x / 0.90x, reductions 1.4-2.2x), so they keep the calibration of the
+    // other tiles (runs 14-45). The m32 cluster reduction's ratio (1.05 / 0.48 us) is the least
+    // certain.
+    {32, false, 1, 4, 3.04, 1.62, 0.219, 0.0, 2.80},
+    {16, false, 1, 4, 2.70, 1.07, 0.225, 0.0, 1.07},
 };
 
 const TileCost& tile_cost(const TileConfig& config) {

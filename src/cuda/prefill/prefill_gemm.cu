@@ -801,6 +801,8 @@ KernelFn kernel_for(const TileConfig& c) {
   if (is(32, 16, false, 2, 1)) return prefill_gemm_kernel<32, 16, false, 2, 1>;
   if (is(16, 16, false, 2, 1)) return prefill_gemm_kernel<16, 16, false, 2, 1>;
   if (is(128, 9, false, 1, 3)) return prefill_gemm_kernel<128, 9, false, 1, 3>;
+  if (is(32, 12, false, 1, 4)) return prefill_gemm_kernel<32, 12, false, 1, 4>;
+  if (is(16, 12, false, 1, 4)) return prefill_gemm_kernel<16, 12, false, 1, 4>;
   throw InvalidArgument("no prefill kernel compiled for " + c.name() + " (see prefill_tile_configs())");
 }
 

@@ -193,8 +193,9 @@ constexpr TileCost kTileCosts[] = {
     {192, false, 1, 1, 3.81, 2.52, 0.537},
     {192, true, 1, 1, 2.35, 0.0, 0.545, 0.42},
     // ~0.28-0.29 us per K block whatever the tile's width, consumer warps or mma instruction, of
-    // which the wgmmas themselves are ~0.07 (PERF-LOG run 51); what holds the rest is open
-    // (docs/KERNELS-prefill.md, "Narrow tiles").
+    // which the wgmmas themselves are ~0.07 (PERF-LOG run 51): their stream of two copies per K
+    // block delivers one every ~0.35 us, and behind it their 96-register consumers take about as
+    // long (run 52; docs/KERNELS-prefill.md, "Narrow tiles").
     // Run 38's sweep at M = 16..128 (PERF-LOG): with programmatic launches, as the backends run
     // them, the m16 workspace reduction costs what the cluster one does at the same split (its 8 KB
     // partial tiles), m32's ~1.3 us more (the last CTA reads split x 16 KB alone). The least-squares

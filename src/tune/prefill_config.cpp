@@ -278,19 +278,19 @@ std::vector<PlanCandidate> plan_candidates(std::int64_t m, std::int64_t n, std::
           std::ostringstream os;
           os << "a cluster of " << cluster << " CTAs of " << c.name() << " cannot run at once on " << device.name;
           cand.status = Status::not_supported(os.str());
-        } else if (const std::int64_t tiles = ceil_div(m, c.block_m) * ceil_div(n, kBlockN);
-                   c.persistent && tiles <= cand.concurrent_ctas) {
-          // One tile per CTA: nothing to overlap. Every such plan measured slower than the plain
-          // kernel of the same tile (PERF-LOG runs 45 and 48: m192 by ~5%, m256 by 1-2%), which the
-          // cost model, fitted where CTAs run several tiles, does not see.
-          std::ostringstream os;
-          os << "persistent: its " << tiles << " tiles fit one wave of " << cand.concurrent_ctas
-             << " CTAs, which the non-persistent m" << c.block_m << " kernel runs faster";
-          cand.status = Status::not_supported(os.str());
         } else {
           cand.plan = make_plan(m, n, k, c, split, reduction);
           cand.waves = ceil_div(cand.plan.ctas(), cand.concurrent_ctas);
           cand.predicted_us = plan_cost(cand.plan, cand.concurrent_ctas);
+          if (c.persistent && cand.waves == 1) {
+            // One tile per CTA: nothing to overlap. Every such plan measured slower than the plain
+            // kernel of the same tile (PERF-LOG runs 45 and 48: m192 by ~5%, m256 by 1-2%), which
+            // the cost model, fitted where CTAs run several tiles, does not see.
+            std::ostringstream os;
+            os << "persistent: its " << cand.plan.ctas() << " tiles fit one wave of " << cand.concurrent_ctas
+               << " CTAs, which the non-persistent m" << c.block_m << " kernel runs faster";
+            cand.status = Status::not_supported(os.str());
+          }
         }
         out.push_back(cand);
       }

@@ -31,8 +31,7 @@ namespace fp4gap::prefill {
 
 inline constexpr int kBlockN = 128;  // weight rows per CTA: 2 row warpgroups x 64
 inline constexpr int kBlockK = 64;   // 64 bf16 = one 128-byte swizzle row of activations
-// Consumer warpgroups that own distinct weight rows (64 each). A config with k_groups > 1 has
-// k_groups consumer warpgroups per 64 rows, each taking its share of every K block's k16 steps.
+// Consumer warpgroups, each owning 64 weight rows of the tile.
 inline constexpr int kConsumerWarpgroups = 2;
 // One packed weight chunk (kBlockN rows x kBlockK columns): codes then scales, contiguous so that
 // one bulk copy moves it.
@@ -58,18 +57,12 @@ struct TileConfig {
   // next tile's stages while the consumers run the epilogue of the current one, which stages the
   // 16-bit output tile in shared memory of its own (persistent_staging_bytes) instead of the ring.
   bool persistent = false;
-  // Consumer warpgroups per 64 weight rows (1 or 2), splitting each K block's 4 k16 steps among
-  // them and adding their accumulators in the CTA at the end (group 0 + group 1: deterministic).
-  // Twice the dequantizing warps per SM for the small-M tiles; measured (PERF-LOG run 16), it
-  // gains ~7%: their main loop is bound by neither those warps nor (run 37) the wgmma count nor
-  // (runs 43-44) the copies, but by the latency of the consumers' per-K-block chain. Not persistent.
-  int k_groups = 1;
   // K blocks that one pair of copies brings in (one bulk copy of their weight chunks, one 3D
   // tensor copy of their activation tiles), arriving on one barrier; they still occupy one ring
   // stage each. A CTA's copy engine keeps only a few copies in flight, whatever their size
   // (PERF-LOG run 42: a stream of 4.6 KB copies arrives at ~34 GB/s per CTA, of 37 KB ones at
-  // ~165); m128 runs ~10% faster per K block with 3 (runs 43-45). Divides `stages`; not
-  // persistent.
+  // ~165); m128 runs ~10% faster per K block with 3 (runs 43-45), the narrow tiles 19-25% with 4
+  // (runs 52-53). Divides `stages`; not persistent.
   int copy_group = 1;
 
   // Whether split plans of this config may add their partials in a global workspace
@@ -80,10 +73,10 @@ struct TileConfig {
   bool workspace_split() const { return workspace_split(block_m, persistent); }
 
   // e.g. "sm90a bf16 x nvfp4 m256n128k64 6 stages", "... 4 stages persistent",
-  // "... m32n128k64 16 stages 2 k-groups", "... m128n128k64 9 stages, 3 K blocks per copy"
+  // "... m128n128k64 9 stages, 3 K blocks per copy"
   std::string name() const;
   // Threads per CTA: the consumer warpgroups and one producer warpgroup.
-  int threads() const { return 128 * (kConsumerWarpgroups * k_groups + 1); }
+  int threads() const { return 128 * (kConsumerWarpgroups + 1); }
   // Dynamic shared memory the kernel requests: the output staging of a persistent config, the
   // stage ring, its barriers, 1 KB of alignment slack (the 128-byte swizzle needs 1024-byte
   // aligned tiles).
@@ -91,9 +84,8 @@ struct TileConfig {
   // A persistent config's bf16/f16 output tile [block_m][kBlockN] for the TMA-store epilogue; 0
   // for the others (their epilogues reuse the ring).
   std::int64_t persistent_staging_bytes() const;
-  // Shared memory a split-K reduction needs to hold one CTA's fp32 partial tile (the same bytes
-  // hold k-group 1's accumulators for group 0 to add); it reuses the stage ring, so it must fit in
-  // it.
+  // Shared memory a split-K reduction needs to hold one CTA's fp32 partial tile; it reuses the
+  // stage ring, so it must fit in it.
   std::int64_t partial_tile_bytes() const;
   // Shared memory of the fp32 output tile staged for coalesced stores (rows padded to
   // kStagedStride floats); it reuses the stage ring too.

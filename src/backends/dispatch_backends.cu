@@ -4,6 +4,7 @@
 // Each asks the decode and prefill backends of its math whether they serve the problem and runs
 // the one choose_kernel_family picks (include/fp4gap/dispatch.hpp); the runner's config names the
 // kernel that ran.
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -21,17 +22,14 @@ namespace {
 
 class DispatchBackend final : public GemmBackend {
  public:
-  DispatchBackend(std::string_view name, std::string_view decode, std::string_view prefill)
-      : name_(name), decode_(decode), prefill_(prefill) {}
+  DispatchBackend(std::string_view name, std::string_view decode, std::string_view prefill, std::int64_t decode_max_m)
+      : name_(name), decode_(decode), prefill_(prefill), decode_max_m_(decode_max_m),
+        description_("fp4gap's pick for " + std::string(name == "fp4gap-w4a16" ? "bf16" : "NVFP4") +
+                     " x NVFP4: the decode kernel up to M = " + std::to_string(decode_max_m) +
+                     ", the Hopper prefill kernel above (where only one of them serves the shape, that one)") {}
 
   std::string_view name() const override { return name_; }
-  std::string_view description() const override {
-    return name_ == "fp4gap-w4a16"
-               ? "fp4gap's pick for bf16 x NVFP4: the decode kernel up to M = 16, the Hopper prefill kernel above "
-                 "(where only one of them serves the shape, that one)"
-               : "fp4gap's pick for NVFP4 x NVFP4: the decode kernel up to M = 16, the Hopper prefill kernel above "
-                 "(where only one of them serves the shape, that one)";
-  }
+  std::string_view description() const override { return description_; }
 
   Status supports(const GemmProblem& p, const DeviceContext& device) const override {
     return choose(p, device).status;
@@ -52,18 +50,22 @@ class DispatchBackend final : public GemmBackend {
     return *b;
   }
   FamilyChoice choose(const GemmProblem& p, const DeviceContext& device) const {
-    return choose_kernel_family(p.m, backend(KernelFamily::decode).supports(p, device),
+    return choose_kernel_family(p.m, decode_max_m_, backend(KernelFamily::decode).supports(p, device),
                                 backend(KernelFamily::prefill).supports(p, device));
   }
 
   std::string_view name_, decode_, prefill_;
+  std::int64_t decode_max_m_;
+  std::string description_;
 };
 
 }  // namespace
 
 void register_dispatch_backends() {
-  register_gemm_backend(std::make_unique<DispatchBackend>("fp4gap-w4a16", "fp4gap-decode-w4a16", "fp4gap-prefill-w4a16"));
-  register_gemm_backend(std::make_unique<DispatchBackend>("fp4gap-w4a4", "fp4gap-decode-w4a4", "fp4gap-prefill-w4a4"));
+  register_gemm_backend(std::make_unique<DispatchBackend>("fp4gap-w4a16", "fp4gap-decode-w4a16", "fp4gap-prefill-w4a16",
+                                                          kW4A16DecodeMaxM));
+  register_gemm_backend(std::make_unique<DispatchBackend>("fp4gap-w4a4", "fp4gap-decode-w4a4", "fp4gap-prefill-w4a4",
+                                                          kW4A4DecodeMaxM));
 }
 
 }  // namespace fp4gap

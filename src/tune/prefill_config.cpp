@@ -16,7 +16,6 @@ std::string TileConfig::name() const {
   std::ostringstream os;
   os << "sm90a bf16 x nvfp4 m" << block_m << "n" << kBlockN << "k" << kBlockK << " " << stages << " stages";
   if (persistent) os << " persistent";
-  if (k_groups > 1) os << " " << k_groups << " k-groups";
   if (copy_group > 1) os << ", " << copy_group << " K blocks per copy";
   return os.str();
 }
@@ -55,10 +54,6 @@ const std::vector<TileConfig>& tile_configs() {
       // stages leave room for the 64 KB output staging (and measured ~7% faster than 6 stages at
       // one tile per CTA, run 13).
       {256, 4, true},
-      // Decode-sized batches: 4 consumer warpgroups (2 k-groups) double the dequantizing warps,
-      // and the narrow activation tiles keep the tensor cores and the ring small.
-      {32, 16, false, 2},  // 140,544 B
-      {16, 16, false, 2},  // 107,776 B
       // 3/4 of the m256 tile's tensor work per K block, still above the consumers'
       // dequantization: M = 384, 768, 1536 fill the H200's 132 SMs with whole tiles where m256
       // leaves a quarter of a wave idle.
@@ -66,16 +61,18 @@ const std::vector<TileConfig>& tile_configs() {
       {192, 6, true},  // 225,376 B (48 KB of output staging)
       // m128 with 3 K blocks per copy (190,096 B): ~10% less per K block, ~0.4 us more per CTA
       // (PERF-LOG runs 43-45), so it wins from ~20 K blocks per CTA (the seed shape, M = 512:
-      // 48). Copy groups measured slower for m192 / m256 (6 stages, refilled 3 at a time) and for
-      // the two-k-group tiles at the splits they run at.
-      {128, 9, false, 1, 3},
-      // Decode-sized batches again, two consumer warpgroups with two wgmma groups in flight and the
-      // ring unrolled (12 stages, a multiple of 3 buffers), 4 K blocks per copy: the copies no
-      // longer bound the stream of stages (the two-k-group tiles receive one K block per ~0.35 us,
-      // PERF-LOG run 52), and the consumers keep up. 3-13% faster than the two-k-group tiles at M
-      // = 16-64 in the same sweep (run 52).
-      {32, 12, false, 1, 4},  // 105,664 B
-      {16, 12, false, 1, 4},  // 81,088 B
+      // 48). Copy groups measured slower for m192 / m256 (6 stages, refilled 3 at a time).
+      {128, 9, false, 3},
+      // Decode-sized batches (M <= 32), the ring unrolled (12 stages, a multiple of 3 fragment
+      // buffers), 4 K blocks per copy: with one copy per K block a narrow tile receives one K block
+      // per ~0.35 us (PERF-LOG run 52). 3-13% faster than the tiles with twice the consumer warps
+      // (4 warpgroups at 96 registers, removed) in the same sweep (run 52).
+      {32, 12, false, 4},  // 105,664 B
+      {16, 12, false, 4},  // 81,088 B
+      // m64 with 4 K blocks per copy: ~19% less per K block than the plain m64, more per CTA and
+      // per cluster reduction (runs 53-54), so it wins from ~30 K blocks per CTA (M = 33-64 at
+      // N x K = 4096 x 6144: 13.98 against 14.78 us in the same sweep).
+      {64, 12, false, 4},  // 154,816 B
   };
   return configs;
 }
@@ -169,7 +166,6 @@ namespace {
 struct TileCost {
   int block_m;
   bool persistent;
-  int k_groups;
   int copy_group;
   double fixed_us, split_us, per_k_block_us;
   double half_per_k_block_us = 0.0;  // persistent half tiles (no fixed part of their own)
@@ -177,45 +173,42 @@ struct TileCost {
   double workspace_split_us = 0.0;
 };
 constexpr TileCost kTileCosts[] = {
-    {256, false, 1, 1, 2.97, 5.94, 0.638},  // main loop at ~92% of the bf16 tensor rate
-    {128, false, 1, 1, 2.92, 2.73, 0.410},  // ~77%
+    {256, false, 1, 2.97, 5.94, 0.638},  // main loop at ~92% of the bf16 tensor rate
+    {128, false, 1, 2.92, 2.73, 0.410},  // ~77%
     // 3 K blocks per copy: run 44's sweep of both m128 configs at M = 128 and 512 (36 plans each,
     // same run) fits them with +0.37 us fixed, +0.37 us for a split and 0.904x per K block
     // (0.350 against 0.387 us; median error 2.6%): applied to the m128 entry above.
-    {128, false, 1, 3, 3.29, 3.10, 0.371},  // ~85%
-    {64, false, 1, 1, 3.38, 1.25, 0.311},   // ~51%
-    {256, true, 1, 1, 3.83, 0.0, 0.613, 0.47},  // unsplit only
+    {128, false, 3, 3.29, 3.10, 0.371},  // ~85%
+    {64, false, 1, 3.38, 1.25, 0.311},   // ~51%
+    {256, true, 1, 3.83, 0.0, 0.613, 0.47},  // unsplit only
     // Run 34's sweep at M = 384, 768, 1536 (54 plans, median error 3.0%): ~84% of m192's tensor
     // rate (0.537 us per K block against m256's 0.613-0.638 for 4/3 the work). The persistent
     // one's 0.545 (least squares: 0.537, within the spread of its one-wave points, 0.51-0.56)
     // keeps the m256 persistent plan at M = 1536, N = 4096, K = 6144, where two waves of m192
     // measured 6% slower than the model says (power-limited, as the m256 kernels at M >= 1024).
-    {192, false, 1, 1, 3.81, 2.52, 0.537},
-    {192, true, 1, 1, 2.35, 0.0, 0.545, 0.42},
-    // ~0.28-0.29 us per K block whatever the tile's width, consumer warps or mma instruction, of
-    // which the wgmmas themselves are ~0.07 (PERF-LOG run 51): their stream of two copies per K
-    // block delivers one every ~0.35 us, and behind it their 96-register consumers take about as
-    // long (run 52; docs/KERNELS-prefill.md, "Narrow tiles").
-    // Run 38's sweep at M = 16..128 (PERF-LOG): with programmatic launches, as the backends run
-    // them, the m16 workspace reduction costs what the cluster one does at the same split (its 8 KB
-    // partial tiles), m32's ~1.3 us more (the last CTA reads split x 16 KB alone). The least-squares
-    // value for m32 (0.77 us more) ranks its 128-CTA plans first, which the sweep times 18% slower:
-    // the model has no term for the bandwidth 128 CTAs share; 1.3 keeps the sweep's ranking.
-    {32, false, 2, 1, 3.28, 0.74, 0.291, 0.0, 2.04},
-    {16, false, 2, 1, 3.01, 0.71, 0.282, 0.0, 0.71},
-    // Run 52's sweep at M = 16, 32, 64 fits both families in one run (median error 2.6-4.0%); the
-    // entries below are the two-k-group ones above scaled by the fitted ratios (per K block 0.75x
-    // / 0.80x, fixed 0.93x / 0.90x, reductions 1.4-2.2x), so they keep the calibration of the
-    // other tiles (runs 14-45). The m32 cluster reduction's ratio (1.05 / 0.48 us) is the least
-    // certain.
-    {32, false, 1, 4, 3.04, 1.62, 0.219, 0.0, 2.80},
-    {16, false, 1, 4, 2.70, 1.07, 0.225, 0.0, 1.07},
+    {192, false, 1, 3.81, 2.52, 0.537},
+    {192, true, 1, 2.35, 0.0, 0.545, 0.42},
+    // The narrow tiles with 4 K blocks per copy, from run 52's sweep at M = 16, 32, 64 (median
+    // error 2.6-4.0%), scaled by their fitted ratios to the tiles with twice the consumer warps
+    // (removed since), whose entries came from runs 16 and 38, so that they keep the calibration
+    // of the other tiles (runs 14-45). The m32 cluster reduction's ratio is the least certain. The
+    // workspace reduction (their last entry): at m32 the last CTA reads split x 16 KB alone, which
+    // the least-squares value underprices at 128 CTAs sharing the bandwidth (run 38).
+    {32, false, 4, 3.04, 1.62, 0.219, 0.0, 2.80},
+    {16, false, 4, 2.70, 1.07, 0.225, 0.0, 1.07},
+    // m64 with 4 K blocks per copy. Runs 53-54 swept both m64 configs at M = 48-128 (84 plans each)
+    // and m128 at 96-128: least squares gives 0.81x the plain m64's time per K block, 1.10x its
+    // fixed part and 1.84x its reduction (median error 3.4%), but that entry, applied to the m64
+    // one above, ranks m64 G4 first at 4 of the 6 points M = 96-128, where the same run timed
+    // m128 1-4% faster (it under-predicts m64 G4 by ~3% against the others there). The fixed and
+    // split parts are set within the two runs' spread so that the policy picks each of the 15
+    // swept points' fastest family (host test PicksTheSweepsBestPlanOnTheH200).
+    {64, false, 4, 4.30, 2.10, 0.250},
 };
 
 const TileCost& tile_cost(const TileConfig& config) {
   for (const TileCost& c : kTileCosts) {
-    if (c.block_m == config.block_m && c.persistent == config.persistent && c.k_groups == config.k_groups &&
-        c.copy_group == config.copy_group) {
+    if (c.block_m == config.block_m && c.persistent == config.persistent && c.copy_group == config.copy_group) {
       return c;
     }
   }

@@ -20,13 +20,13 @@ TEST(DispatchBackends, RunTheChosenFamilyCorrectly) {
   std::uint64_t seed = 900;
   for (const bool w4a4 : {false, true}) {
     const char* name = w4a4 ? "fp4gap-w4a4" : "fp4gap-w4a16";
-    for (const std::int64_t m : {1, 16, 17, 64, 200}) {
+    for (const std::int64_t m : {1, 8, 9, 12, 13, 64, 200}) {
       const GemmProblem p{m, 384, 1024, w4a4 ? OperandFormat::nvfp4 : OperandFormat::bf16, OperandFormat::nvfp4,
                           OutputType::bf16};
       check_backend(name, p, ++seed, InputDistribution::random);
       const GemmInputs inputs = make_gemm_inputs(p, seed, InputDistribution::random);
       const std::string config = registered_backend(name).prepare(inputs, 1)->config();
-      const bool decode = m <= kDecodeDispatchMaxM;
+      const bool decode = m <= (w4a4 ? kW4A4DecodeMaxM : kW4A16DecodeMaxM);
       // Decode kernels name themselves "sm80+ mma.sync ...", prefill kernels "sm90a ...".
       EXPECT_NE(config.find(decode ? "mma.sync" : "sm90a"), std::string::npos)
           << name << " at M = " << m << " ran " << config << ", seed " << seed

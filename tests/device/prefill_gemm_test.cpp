@@ -558,7 +558,7 @@ TEST(PrefillKernel, LaunchRefusesActivationMapsOfAnotherConfig) {
   cuda::DeviceBuffer<std::uint16_t> act(static_cast<std::size_t>(m * k));
   cuda::DeviceBuffer<std::uint8_t> packed(static_cast<std::size_t>(prefill::kChunkBytes * (k / prefill::kBlockK)));
   cuda::DeviceBuffer<float> out(static_cast<std::size_t>(m * n));
-  const prefill::TileConfig plain{128, 9}, grouped{128, 9, false, 1, 3};
+  const prefill::TileConfig plain{128, 9}, grouped{128, 9, false, 3};
   const prefill::Plan plan = prefill::make_plan(m, n, k, grouped, 1);
   auto launch_with = [&](const prefill::ActivationMaps& maps, std::int64_t launch_m) {
     prefill::launch_gemm(plan, maps, packed.get(), out.get(), OutputType::f32, launch_m, n, 1.0f, nullptr);

@@ -11,25 +11,27 @@ namespace {
 const Status kOk = Status::ok();
 
 TEST(Dispatch, DecodeUpToItsLimitThenPrefill) {
-  for (const std::int64_t m : {1, 2, 15, 16}) {
-    const FamilyChoice c = choose_kernel_family(m, kOk, kOk);
-    EXPECT_TRUE(c.status.is_ok()) << m;
-    EXPECT_EQ(c.family, KernelFamily::decode) << "M = " << m;
-  }
-  for (const std::int64_t m : {17, 32, 64, 65, 4096}) {
-    const FamilyChoice c = choose_kernel_family(m, kOk, kOk);
-    EXPECT_TRUE(c.status.is_ok()) << m;
-    EXPECT_EQ(c.family, KernelFamily::prefill) << "M = " << m;
+  for (const std::int64_t limit : {kW4A16DecodeMaxM, kW4A4DecodeMaxM}) {
+    for (const std::int64_t m : {std::int64_t{1}, std::int64_t{2}, limit - 1, limit}) {
+      const FamilyChoice c = choose_kernel_family(m, limit, kOk, kOk);
+      EXPECT_TRUE(c.status.is_ok()) << m;
+      EXPECT_EQ(c.family, KernelFamily::decode) << "M = " << m << ", limit " << limit;
+    }
+    for (const std::int64_t m : {limit + 1, std::int64_t{32}, std::int64_t{64}, std::int64_t{65}, std::int64_t{4096}}) {
+      const FamilyChoice c = choose_kernel_family(m, limit, kOk, kOk);
+      EXPECT_TRUE(c.status.is_ok()) << m;
+      EXPECT_EQ(c.family, KernelFamily::prefill) << "M = " << m << ", limit " << limit;
+    }
   }
 }
 
 TEST(Dispatch, FallsBackToWhicheverFamilyServesTheShape) {
   const Status no_wgmma = Status::not_supported("needs wgmma (sm_90a): RTX PRO 6000 is compute capability 12.0");
   const Status m_too_large = Status::not_supported("decode kernel serves M <= 64: M = 65");
-  EXPECT_EQ(choose_kernel_family(48, kOk, no_wgmma).family, KernelFamily::decode);
-  EXPECT_TRUE(choose_kernel_family(48, kOk, no_wgmma).status.is_ok());
-  EXPECT_EQ(choose_kernel_family(8, m_too_large, kOk).family, KernelFamily::prefill);
-  const FamilyChoice neither = choose_kernel_family(65, m_too_large, no_wgmma);
+  EXPECT_EQ(choose_kernel_family(48, kW4A16DecodeMaxM, kOk, no_wgmma).family, KernelFamily::decode);
+  EXPECT_TRUE(choose_kernel_family(48, kW4A16DecodeMaxM, kOk, no_wgmma).status.is_ok());
+  EXPECT_EQ(choose_kernel_family(8, kW4A16DecodeMaxM, m_too_large, kOk).family, KernelFamily::prefill);
+  const FamilyChoice neither = choose_kernel_family(65, kW4A16DecodeMaxM, m_too_large, no_wgmma);
   EXPECT_EQ(neither.status.code, StatusCode::not_supported);
   EXPECT_NE(neither.status.reason.find("decode: decode kernel serves M <= 64"), std::string::npos) << neither.status.reason;
   EXPECT_NE(neither.status.reason.find("prefill: needs wgmma"), std::string::npos) << neither.status.reason;
@@ -37,10 +39,10 @@ TEST(Dispatch, FallsBackToWhicheverFamilyServesTheShape) {
 
 TEST(Dispatch, AnInvalidProblemStaysInvalid) {
   const Status bad_k = Status::invalid_problem("K % 32 != 0: M = 4, N = 64, K = 48");
-  const FamilyChoice c = choose_kernel_family(4, bad_k, bad_k);
+  const FamilyChoice c = choose_kernel_family(4, kW4A16DecodeMaxM, bad_k, bad_k);
   EXPECT_EQ(c.status.code, StatusCode::invalid_problem);
   EXPECT_EQ(c.status.reason, bad_k.reason);
-  EXPECT_EQ(choose_kernel_family(4, kOk, bad_k).status.code, StatusCode::invalid_problem);
+  EXPECT_EQ(choose_kernel_family(4, kW4A16DecodeMaxM, kOk, bad_k).status.code, StatusCode::invalid_problem);
 }
 
 }  // namespace

@@ -19,30 +19,26 @@ using test::h200_context;
 
 TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
   const std::vector<TileConfig>& configs = tile_configs();
-  ASSERT_EQ(configs.size(), 11u);
+  ASSERT_EQ(configs.size(), 10u);
   EXPECT_EQ(configs[0].name(), "sm90a bf16 x nvfp4 m256n128k64 6 stages");
   EXPECT_EQ(configs[1].name(), "sm90a bf16 x nvfp4 m128n128k64 9 stages");
   EXPECT_EQ(configs[2].name(), "sm90a bf16 x nvfp4 m64n128k64 12 stages");
   EXPECT_EQ(configs[3].name(), "sm90a bf16 x nvfp4 m256n128k64 4 stages persistent");
-  EXPECT_EQ(configs[4].name(), "sm90a bf16 x nvfp4 m32n128k64 16 stages 2 k-groups");
-  EXPECT_EQ(configs[5].name(), "sm90a bf16 x nvfp4 m16n128k64 16 stages 2 k-groups");
-  EXPECT_EQ(configs[6].name(), "sm90a bf16 x nvfp4 m192n128k64 6 stages");
-  EXPECT_EQ(configs[7].name(), "sm90a bf16 x nvfp4 m192n128k64 6 stages persistent");
-  EXPECT_EQ(configs[8].name(), "sm90a bf16 x nvfp4 m128n128k64 9 stages, 3 K blocks per copy");
-  EXPECT_EQ(configs[9].name(), "sm90a bf16 x nvfp4 m32n128k64 12 stages, 4 K blocks per copy");
-  EXPECT_EQ(configs[10].name(), "sm90a bf16 x nvfp4 m16n128k64 12 stages, 4 K blocks per copy");
-  EXPECT_EQ(configs[9].threads(), 384);
-  EXPECT_EQ(configs[9].smem_bytes(), 12 * (32 * 128 + 4608) + 192 + 1024);
-  EXPECT_EQ(configs[10].smem_bytes(), 12 * (16 * 128 + 4608) + 192 + 1024);
+  EXPECT_EQ(configs[4].name(), "sm90a bf16 x nvfp4 m192n128k64 6 stages");
+  EXPECT_EQ(configs[5].name(), "sm90a bf16 x nvfp4 m192n128k64 6 stages persistent");
+  EXPECT_EQ(configs[6].name(), "sm90a bf16 x nvfp4 m128n128k64 9 stages, 3 K blocks per copy");
+  EXPECT_EQ(configs[7].name(), "sm90a bf16 x nvfp4 m32n128k64 12 stages, 4 K blocks per copy");
+  EXPECT_EQ(configs[8].name(), "sm90a bf16 x nvfp4 m16n128k64 12 stages, 4 K blocks per copy");
+  EXPECT_EQ(configs[9].name(), "sm90a bf16 x nvfp4 m64n128k64 12 stages, 4 K blocks per copy");
+  // Two consumer warpgroups and one producer warpgroup.
+  for (const TileConfig& c : configs) EXPECT_EQ(c.threads(), 384) << c.name();
+  EXPECT_EQ(configs[7].smem_bytes(), 12 * (32 * 128 + 4608) + 192 + 1024);
+  EXPECT_EQ(configs[8].smem_bytes(), 12 * (16 * 128 + 4608) + 192 + 1024);
   // Copy groups change how stages are filled, not what they hold.
-  EXPECT_EQ(configs[8].smem_bytes(), configs[1].smem_bytes());
-  // Two consumer warpgroups per k-group and one producer warpgroup.
-  EXPECT_EQ(configs[0].threads(), 384);
-  EXPECT_EQ(configs[4].threads(), 640);
-  EXPECT_EQ(configs[4].smem_bytes(), 16 * (32 * 128 + 4608) + 256 + 1024);
-  EXPECT_EQ(configs[5].smem_bytes(), 16 * (16 * 128 + 4608) + 256 + 1024);
-  // k-group 1's accumulators for group 0 to add take the partial tile's bytes: 256 x 8 floats.
-  EXPECT_EQ(configs[5].partial_tile_bytes(), 256 * 8 * 4);
+  EXPECT_EQ(configs[6].smem_bytes(), configs[1].smem_bytes());
+  EXPECT_EQ(configs[9].smem_bytes(), configs[2].smem_bytes());
+  // 256 threads x 8 floats.
+  EXPECT_EQ(configs[8].partial_tile_bytes(), 256 * 8 * 4);
   // stages x (activation tile block_m x 64 x 2 B + weight chunk 4096 + 512 B) + 2 x stages
   // mbarriers of 8 B + 1 KB alignment slack.
   EXPECT_EQ(configs[0].smem_bytes(), 6 * (256 * 128 + 4608) + 96 + 1024);
@@ -51,8 +47,8 @@ TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
   // A persistent config adds its own bf16 output tile, 256 x 128 x 2 B, in front of the ring.
   EXPECT_EQ(configs[3].persistent_staging_bytes(), 256 * 128 * 2);
   EXPECT_EQ(configs[3].smem_bytes(), 256 * 128 * 2 + 4 * (256 * 128 + 4608) + 64 + 1024);
-  EXPECT_EQ(configs[6].smem_bytes(), 6 * (192 * 128 + 4608) + 96 + 1024);
-  EXPECT_EQ(configs[7].smem_bytes(), 192 * 128 * 2 + 6 * (192 * 128 + 4608) + 96 + 1024);
+  EXPECT_EQ(configs[4].smem_bytes(), 6 * (192 * 128 + 4608) + 96 + 1024);
+  EXPECT_EQ(configs[5].smem_bytes(), 192 * 128 * 2 + 6 * (192 * 128 + 4608) + 96 + 1024);
   EXPECT_EQ(configs[0].persistent_staging_bytes(), 0);
   EXPECT_EQ(configs[0].partial_tile_bytes(), 256 * 128 * 4);
   EXPECT_EQ(configs[0].staged_tile_bytes(), 256 * 132 * 4);
@@ -81,14 +77,14 @@ TEST(PrefillConfig, FeasibilityAgainstTheDeviceLimit) {
 
 TEST(PrefillConfig, CopyGroupsFillWholeRingsOfOneTile) {
   // 2 K blocks per copy do not divide 9 stages; a persistent CTA's next tile would start mid-group.
-  for (const TileConfig& c : {TileConfig{128, 9, false, 1, 2}, TileConfig{256, 4, true, 1, 2}, TileConfig{64, 12, false, 1, 0}}) {
+  for (const TileConfig& c : {TileConfig{128, 9, false, 2}, TileConfig{256, 4, true, 2}, TileConfig{64, 12, false, 0}}) {
     const Status s = check_tile_config(c, h200_context());
     EXPECT_EQ(s.code, StatusCode::not_supported) << c.name();
     EXPECT_NE(s.reason.find("K blocks per copy must divide the " + std::to_string(c.stages) + " stages"),
               std::string::npos)
         << s.reason;
   }
-  EXPECT_TRUE(check_tile_config(TileConfig{64, 12, false, 1, 4}, h200_context()).is_ok());
+  EXPECT_TRUE(check_tile_config(TileConfig{64, 12, false, 4}, h200_context()).is_ok());
 }
 
 TEST(PrefillConfig, SplitRangesPartitionTheKBlocks) {
@@ -276,9 +272,15 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
                        Case{1024, 6144, 2048, 256, 1, true},    // 37.81 (60 of 192 tiles halved)
                        Case{1536, 4096, 6144, 256, 1, true},    // 112.17 (60 of 192 tiles halved)
                        Case{1536, 6144, 2048, 192, 1, true},    // 56.07
-                       Case{64, 4096, 6144, 64, 3, false},      // 15.16
-                       Case{64, 2048, 6144, 64, 6, false},      // 10.53
-                       Case{64, 6144, 2048, 64, 2, false},      // 9.58
+                       // M = 48-128: runs 53-54, m64 with 4 K blocks per copy beside the others
+                       // (the best plan of the runner-up family in brackets).
+                       Case{64, 4096, 6144, 64, 3, false, kCluster, 4},  // 13.98 (plain m64: 14.78)
+                       Case{48, 4096, 6144, 64, 3, false, kCluster, 4},  // 13.98 (14.78)
+                       Case{64, 2048, 6144, 64, 6, false},               // 9.90 (m64 G4: 10.11)
+                       Case{64, 6144, 2048, 64, 2, false},               // 9.14 (9.17)
+                       Case{96, 4096, 6144, 128, 3, false, kCluster, 3}, // 17.60 (m64 G4 split 2: 17.77)
+                       Case{96, 6144, 2048, 128, 2, false},              // 11.97 (m64 G4 split 1: 12.49)
+                       Case{128, 6144, 2048, 128, 2, false},             // 11.91 (12.18)
                        // M = 16, 32: run 52, the one-k-group tiles with 4 K blocks per copy (the
                        // two-k-group tiles' best in the same sweep in brackets).
                        Case{32, 4096, 6144, 32, 4, false, SplitReduction::workspace, 4},  // 11.51 (12.92)
@@ -312,32 +314,28 @@ TEST(PrefillPolicy, DatasheetOccupancyOnlyWhereMeasured) {
 }
 
 TEST(PrefillPolicy, CandidatesCoverEveryPlanAndSayWhyOthersCannotRun) {
-  // 145,000 bytes per block: only the m32 (140,544; 105,664 with one k-group) and m16 (107,776;
-  // 81,088) tiles fit; clusters of 3 cannot run at all.
+  // 145,000 bytes per block: only the m32 (105,664) and m16 (81,088) tiles fit; clusters of 3
+  // cannot run at all.
   DeviceContext small = h200_context();
   small.smem_per_block_optin = 145000;
   const ConcurrentCtas no_threes = [](const TileConfig&, int split) { return split == 3 ? 0 : 132 / split * split; };
   const std::vector<PlanCandidate> c = plan_candidates(512, 2048, 6144, small, no_threes);
-  // In tile_configs() order: m256, m128, m64 and the persistent m256 unfit, then m32 and m16 x
-  // split 1, and splits 2..8 each with a cluster and then a workspace reduction, then the two m192
-  // configs and m128 with copy groups unfit, then the one-k-group m32 and m16 as the first two.
+  // In tile_configs() order: m256, m128, m64, the persistent m256, the two m192 configs and m128
+  // with copy groups unfit, then m32 and m16 x split 1, and splits 2..8 each with a cluster and
+  // then a workspace reduction, then m64 with copy groups unfit.
   constexpr std::size_t kPerConfig = 1 + 2 * (kMaxSplitK - 1);
-  constexpr std::size_t kUnfit[] = {0, 1, 2, 3, 4 + 2 * kPerConfig, 5 + 2 * kPerConfig, 6 + 2 * kPerConfig};
-  ASSERT_EQ(c.size(), 7u + 4 * kPerConfig);
+  constexpr std::size_t kUnfit[] = {0, 1, 2, 3, 4, 5, 6, 7 + 2 * kPerConfig};
+  ASSERT_EQ(c.size(), 8u + 2 * kPerConfig);
   for (const std::size_t i : kUnfit) {
     EXPECT_EQ(c[i].status.code, StatusCode::not_supported) << c[i].config.name();
     EXPECT_NE(c[i].status.reason.find(std::to_string(c[i].config.smem_bytes())), std::string::npos) << c[i].status.reason;
     EXPECT_NE(c[i].status.reason.find("145000"), std::string::npos) << c[i].status.reason;
   }
   const PlanCandidate* best = nullptr;
-  std::vector<std::size_t> fitting;
-  for (std::size_t i = 4; i < 4 + 2 * kPerConfig; ++i) fitting.push_back(i);
-  for (std::size_t i = 7 + 2 * kPerConfig; i < c.size(); ++i) fitting.push_back(i);
-  for (const std::size_t i : fitting) {
-    const std::size_t first = i < 4 + 2 * kPerConfig ? 4 : 7 + 2 * kPerConfig;
-    const std::size_t j = (i - first) % kPerConfig;  // 0: split 1; then (split 2, cluster), (split 2, workspace), ...
-    EXPECT_EQ(c[i].config.block_m, i < first + kPerConfig ? 32 : 16);
-    EXPECT_EQ(c[i].config.k_groups, first == 4 ? 2 : 1);
+  for (std::size_t i = 7; i < 7 + 2 * kPerConfig; ++i) {
+    const std::size_t j = (i - 7) % kPerConfig;  // 0: split 1; then (split 2, cluster), (split 2, workspace), ...
+    EXPECT_EQ(c[i].config.block_m, i < 7 + kPerConfig ? 32 : 16);
+    EXPECT_EQ(c[i].config.copy_group, 4);
     EXPECT_EQ(c[i].split_k, j == 0 ? 1 : static_cast<int>((j + 1) / 2) + 1);
     const SplitReduction reduction = j > 0 && j % 2 == 0 ? SplitReduction::workspace : SplitReduction::cluster;
     EXPECT_EQ(c[i].reduction, reduction);
@@ -363,7 +361,7 @@ TEST(PrefillPolicy, CandidatesCoverEveryPlanAndSayWhyOthersCannotRun) {
 }
 
 TEST(PrefillPlan, WorkspaceReductionNeedsANarrowTileAndSaysHowManyBytes) {
-  const TileConfig m16 = tile_configs()[5];
+  const TileConfig m16 = tile_configs()[8];
   ASSERT_EQ(m16.block_m, 16);
   // 300 x 200: 19 x 2 tiles, split 3: 38 x 3 partial tiles of 16 x 128 floats, then 38 counters.
   const Plan p = make_plan(300, 200, 576, m16, 3, SplitReduction::workspace);

@@ -41,11 +41,13 @@ void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& 
     if (a.status.is_ok() != b.status.is_ok()) return a.status.is_ok();
     return a.status.is_ok() && a.predicted_us < b.predicted_us;
   });
+  auto dispatched = [&](const char* backend, std::int64_t decode_max_m) {
+    return std::string(backend) + (s.m <= decode_max_m ? " takes the decode kernel (M <= " + std::to_string(decode_max_m) + ")"
+                                                       : " takes *");
+  };
   out << "\n" << (shape.shape_name.empty() ? "" : shape.shape_name + " ") << "m" << s.m << " n" << s.n << " k" << s.k << ": "
-      << (s.m <= kDecodeDispatchMaxM ? "fp4gap-w4a16 / fp4gap-w4a4 take the decode kernel at this M (M <= " +
-                                           std::to_string(kDecodeDispatchMaxM) + "); fp4gap-prefill-* would take *"
-                                     : "fp4gap-w4a16 / fp4gap-w4a4 and fp4gap-prefill-* take *")
-      << "\n";
+      << dispatched("fp4gap-w4a16", kW4A16DecodeMaxM) << ", " << dispatched("fp4gap-w4a4", kW4A4DecodeMaxM)
+      << "; fp4gap-prefill-* take *\n";
   if (s.m <= decode::kMaxM) {
     // The decode kernels' own policy (docs/KERNELS-decode.md), for the same shape, both maths.
     // A prediction is printed only where the model was fitted to measurements.

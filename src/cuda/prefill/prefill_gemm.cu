@@ -6,11 +6,10 @@
 // and nothing dequantized ever goes through shared memory. The activations are wgmma's shared-memory
 // operand, loaded by the tensor copy engine with the 128-byte swizzle.
 //
-// CTA = 3 warpgroups, 5 with two k-groups. The last one (producer, one thread) fills a ring of
+// CTA = 3 warpgroups. The last one (producer, one thread) fills a ring of
 // `STAGES` stages, each one activation tile [BM rows][64 k] (TMA) plus one packed weight chunk
 // [128 rows][64 k] (one bulk copy), completing on the stage's "full" mbarrier. The consumer
-// warpgroups each own 64 weight rows (and, with two k-groups, half of each K block's k16 steps):
-// per K block they dequantize, issue wgmma m64nBMk16 and keep one K block's wgmmas in flight while
+// warpgroups each own 64 weight rows: per K block they dequantize, issue wgmma m64nBMk16 and keep one K block's wgmmas in flight while
 // dequantizing the next; each consumer warp arrives on the stage's "empty" mbarrier once its
 // wgmmas reading the stage have completed. Under a programmatic launch the first weight stages
 // load before the previous kernel has completed. Split-K CTAs of one tile form a cluster and add their
@@ -154,8 +153,8 @@ __device__ __forceinline__ void store_staged_tile(const float* staged, void* out
 
 #endif  // FP4GAP_PREFILL_SM90A
 
-template <int BM, int STAGES, bool PERSISTENT, int KGROUPS, int GROUP>
-__global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
+template <int BM, int STAGES, bool PERSISTENT, int GROUP>
+__global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
     prefill_gemm_kernel(const __grid_constant__ CUtensorMap act_map, const __grid_constant__ CUtensorMap act_half_map,
                         const __grid_constant__ CUtensorMap act_group_map, int k_tail,
                         const std::uint8_t* __restrict__ weights, void* __restrict__ out, OutputType out_type, int m,
@@ -170,10 +169,9 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
   };
   if (timeline != nullptr && threadIdx.x == 0) timeline_field(0) = ptx::global_timer();
   constexpr int kActStageBytes = BM * kBlockK * 2;
-  static_assert(KGROUPS == 1 || (KGROUPS == 2 && !PERSISTENT), "k-groups add up in the ring after the main loop");
   static_assert(GROUP == 1 || (!PERSISTENT && STAGES % GROUP == 0), "copy groups fill whole rounds of one tile's ring");
-  constexpr int kSteps = 4 / KGROUPS;  // k16 steps of a K block per consumer warpgroup
-  constexpr int kConsumerThreads = kConsumerWarpgroups * KGROUPS * 128;
+  constexpr int kSteps = 4;  // k16 steps of a K block
+  constexpr int kConsumerThreads = kConsumerWarpgroups * 128;
   // A persistent CTA's output staging comes first and is its own: the ring keeps filling with the
   // next tile while the epilogue runs. The others stage in the (then idle) ring.
   constexpr std::uint32_t kStagingBytes = PERSISTENT ? BM * kBlockN * 2 : 0;
@@ -227,11 +225,9 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
   }
   __syncthreads();
 
-  if (warpgroup == kConsumerWarpgroups * KGROUPS) {
+  if (warpgroup == kConsumerWarpgroups) {
     // ---- producer ----
-    // With 2 k-groups every thread keeps the launch's budget (65536 / 640 threads: 96 registers,
-    // which ptxas compiles the whole kernel to), enough for the consumers of the small tiles.
-    if constexpr (KGROUPS == 1) ptx::release_registers<kProducerRegisters>();
+    ptx::release_registers<kProducerRegisters>();
     if (threadIdx.x == kConsumerThreads) {
       ptx::prefetch_tensor_map(&act_map);
       if constexpr (GROUP > 1) ptx::prefetch_tensor_map(&act_group_map);
@@ -315,15 +311,11 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
     }
   } else {
     // ---- consumers ----
-    if constexpr (KGROUPS == 1) ptx::claim_registers<kConsumerRegisters>();
+    ptx::claim_registers<kConsumerRegisters>();
     const int tid = threadIdx.x % 128;
     const int warp = tid / 32, lane = tid % 32;
     const int g = lane / 4, t = lane % 4;
-    // Warpgroup w owns weight rows 64 (w % 2) .. + 63 and k16 steps kSteps (w / 2) .. + kSteps - 1
-    // of every K block. From here on `warpgroup` is the row warpgroup.
-    const int kgroup = warpgroup / kConsumerWarpgroups;
-    const int first_step = kgroup * kSteps;
-    warpgroup %= kConsumerWarpgroups;
+    // Warpgroup w owns weight rows 64 w .. 64 w + 63.
     const int frag_row = 64 * warpgroup + 16 * warp + g;  // this thread's first weight row in the tile
 
     // wgmma groups (one per K block) left in flight after each commit. With one, a warpgroup
@@ -331,7 +323,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
     // must fit in block it's tensor time; the m64 / m128 tiles' blocks are short (64-128
     // tensor-core cycles per wgmma, shared by both warpgroups), so they keep two (PERF-LOG run 26:
     // ~1% faster; not tried on m256, whose blocks are twice as long).
-    constexpr int kInFlight = (KGROUPS == 1 && BM <= 128) ? 2 : 1;
+    constexpr int kInFlight = BM <= 128 ? 2 : 1;
     constexpr int kBuffers = kInFlight + 1;
     // Fragments of kBuffers K blocks: block it is dequantized into frag[it % kBuffers] while the
     // wgmmas of the kInFlight blocks before it still run. The buffer index must be a compile-time
@@ -342,13 +334,13 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
     // fragment buffer): ~106 instructions per K block and warp instead of 115-117 (PERF-LOG run
     // 32). Needs the buffer sequence to repeat with the ring (m192 runs 6 stages, not 7, for it:
     // run 41, 3-4% faster). Only the m64 / m128 / m192 tiles: m256's blocks hide their loop
-    // overhead behind twice the tensor work, and unrolled, the m256 and two-k-group kernels spill
+    // overhead behind twice the tensor work, and unrolled, the m256 kernel spills
     // registers (outside the main loop, measured with -Xptxas -v).
-    constexpr bool kUnrollRing = !PERSISTENT && KGROUPS == 1 && BM <= 192 && STAGES % kBuffers == 0;
+    constexpr bool kUnrollRing = !PERSISTENT && BM <= 192 && STAGES % kBuffers == 0;
 
     // Per-thread shared addresses in stage 0 and the descriptor of stage 0, computed once: per K
     // block only the stage's offset is added (32-bit ld.shared, see ptx::ld_shared_u32).
-    const std::uint32_t code_addr = base + wgt_offset + chunk_code_word_offset(warpgroup, tid, first_step);
+    const std::uint32_t code_addr = base + wgt_offset + chunk_code_word_offset(warpgroup, tid, 0);
     const std::uint32_t scale_addr = base + wgt_offset + chunk_scale_offset(frag_row, 0);
     constexpr std::uint32_t kScaleRow8 = chunk_scale_offset(8, 0) - chunk_scale_offset(0, 0);  // row + 8
     // The descriptor's start-address field is the low word's bits 0-13 (address bits 4-17): a
@@ -356,7 +348,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
     // are plain 32-bit additions that never carry out of the field, and the high word (stride,
     // swizzle) is the same for all.
     const std::uint64_t desc0 = ptx::sw128_kmajor_desc(act_smem);
-    const std::uint32_t desc_lo = static_cast<std::uint32_t>(desc0) + (32u >> 4) * first_step;
+    const std::uint32_t desc_lo = static_cast<std::uint32_t>(desc0);
     const std::uint64_t desc_hi = desc0 & ~std::uint64_t{0xFFFFFFFFu};
 
     // Ring position of the next K block (stage, phase), the same sequence as the producer's, and
@@ -378,13 +370,8 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
       ptx::mbarrier_wait(full_bar(stg - stg % GROUP), phase);  // the stage's copy group has arrived
       const std::uint32_t wgt_stage = static_cast<std::uint32_t>(stg) * kChunkBytes;  // the stage's chunk
       std::uint32_t words[kSteps];
-      if constexpr (kSteps == 4) {
-        const uint4 codes = ptx::ld_shared_v4_u32(code_addr + wgt_stage);
-        words[0] = codes.x, words[1] = codes.y, words[2] = codes.z, words[3] = codes.w;
-      } else {
-        const uint2 codes = ptx::ld_shared_v2_u32(code_addr + wgt_stage);
-        words[0] = codes.x, words[1] = codes.y;
-      }
+      const uint4 codes = ptx::ld_shared_v4_u32(code_addr + wgt_stage);
+      words[0] = codes.x, words[1] = codes.y, words[2] = codes.z, words[3] = codes.w;
       const std::uint32_t scales_lo = ptx::ld_shared_u32(scale_addr + wgt_stage);
       const std::uint32_t scales_hi = ptx::ld_shared_u32(scale_addr + wgt_stage + kScaleRow8);
 #pragma unroll
@@ -392,8 +379,8 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
         // Step j's codes (e2m1 * 2^-126) times its rows' scale multipliers (scale * 2^119).
         std::uint32_t v[4];
         decode::unpack_shuffled_word<decode::Math::w4a16>(words[j], v);
-        const std::uint32_t scale[2] = {decode::scale_pair<decode::Math::w4a16>(scales_lo, first_step + j),
-                                        decode::scale_pair<decode::Math::w4a16>(scales_hi, first_step + j)};
+        const std::uint32_t scale[2] = {decode::scale_pair<decode::Math::w4a16>(scales_lo, j),
+                                        decode::scale_pair<decode::Math::w4a16>(scales_hi, j)};
 #pragma unroll
         for (int r = 0; r < 4; ++r) frag[b][j][r] = decode::multiply_pair<decode::Math::w4a16>(v[r], scale[r & 1]);
       }
@@ -472,8 +459,8 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
         ((it + U < iters ? consume(it + U >= kInFlight, std::integral_constant<int, U>{}, acc) : void()), ...);
       }(std::make_integer_sequence<int, kBuffers - 1>{});
     };
-    // Split-K through the workspace (SplitReduction::workspace), called by the 256 threads of
-    // k-group 0: stores this CTA's partial tile; the CTA that brings the tile's counter to split_k
+    // Split-K through the workspace (SplitReduction::workspace), called by the 256 consumer
+    // threads: stores this CTA's partial tile; the CTA that brings the tile's counter to split_k
     // (the last to arrive) resets it and adds every split's partial in split order into `acc`,
     // the same bits whichever CTA that is. Returns whether this CTA now holds the tile's sum.
     auto add_partials_in_workspace = [&](auto& acc, int tile) -> bool {
@@ -555,39 +542,6 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups * KGROUPS + 1), 1)
       // Every K block of this CTA has arrived: the next kernel may start its prologue on SMs
       // that free up (first call per CTA counts).
       if (threadIdx.x == 0) cuda::allow_dependent_launch();
-
-      if constexpr (KGROUPS == 2) {
-        // k-group 1 leaves its accumulators in the ring (free once every consumer's wgmmas have
-        // read it through the async proxy) and group 0 adds them: one fixed order, every run.
-        ptx::fence_proxy_async();
-        ptx::named_barrier(2, kConsumerThreads);
-        float4* other = reinterpret_cast<float4*>(base_ptr) + warpgroup * 128 + tid;
-        if (kgroup == 1) {
-#pragma unroll
-          for (int i = 0; i < kAccW / 4; ++i) {
-            other[i * (kConsumerWarpgroups * 128)] = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
-          }
-        }
-        ptx::named_barrier(2, kConsumerThreads);
-        if (kgroup == 1) {
-          // The epilogue is group 0's; the cluster barriers of a split-K reduction count every thread.
-          if (cluster_split) {
-            ptx::cluster_sync();
-            ptx::cluster_sync();
-          }
-          return;
-        }
-#pragma unroll
-        for (int i = 0; i < kAccW / 4; ++i) {
-          const float4 v = other[i * (kConsumerWarpgroups * 128)];
-          acc[4 * i] += v.x;
-          acc[4 * i + 1] += v.y;
-          acc[4 * i + 2] += v.z;
-          acc[4 * i + 3] += v.w;
-        }
-        // Group 0's epilogue overwrites these bytes only after a barrier of both its warpgroups,
-        // each of which has read its own part above.
-      }
 
       // A workspace reduction leaves the whole tile with the split CTA that arrives last.
       bool whole_tile = split_k == 1;
@@ -788,21 +742,19 @@ using KernelFn = void (*)(CUtensorMap, CUtensorMap, CUtensorMap, int, const std:
                           int, int, float, std::uint64_t*, CUtensorMap, CUtensorMap, int, int, std::uint8_t*);
 
 KernelFn kernel_for(const TileConfig& c) {
-  auto is = [&](int block_m, int stages, bool persistent, int k_groups, int copy_group) {
-    return c.block_m == block_m && c.stages == stages && c.persistent == persistent && c.k_groups == k_groups &&
-           c.copy_group == copy_group;
+  auto is = [&](int block_m, int stages, bool persistent, int copy_group) {
+    return c.block_m == block_m && c.stages == stages && c.persistent == persistent && c.copy_group == copy_group;
   };
-  if (is(256, 6, false, 1, 1)) return prefill_gemm_kernel<256, 6, false, 1, 1>;
-  if (is(192, 6, false, 1, 1)) return prefill_gemm_kernel<192, 6, false, 1, 1>;
-  if (is(128, 9, false, 1, 1)) return prefill_gemm_kernel<128, 9, false, 1, 1>;
-  if (is(64, 12, false, 1, 1)) return prefill_gemm_kernel<64, 12, false, 1, 1>;
-  if (is(256, 4, true, 1, 1)) return prefill_gemm_kernel<256, 4, true, 1, 1>;
-  if (is(192, 6, true, 1, 1)) return prefill_gemm_kernel<192, 6, true, 1, 1>;
-  if (is(32, 16, false, 2, 1)) return prefill_gemm_kernel<32, 16, false, 2, 1>;
-  if (is(16, 16, false, 2, 1)) return prefill_gemm_kernel<16, 16, false, 2, 1>;
-  if (is(128, 9, false, 1, 3)) return prefill_gemm_kernel<128, 9, false, 1, 3>;
-  if (is(32, 12, false, 1, 4)) return prefill_gemm_kernel<32, 12, false, 1, 4>;
-  if (is(16, 12, false, 1, 4)) return prefill_gemm_kernel<16, 12, false, 1, 4>;
+  if (is(256, 6, false, 1)) return prefill_gemm_kernel<256, 6, false, 1>;
+  if (is(192, 6, false, 1)) return prefill_gemm_kernel<192, 6, false, 1>;
+  if (is(128, 9, false, 1)) return prefill_gemm_kernel<128, 9, false, 1>;
+  if (is(64, 12, false, 1)) return prefill_gemm_kernel<64, 12, false, 1>;
+  if (is(256, 4, true, 1)) return prefill_gemm_kernel<256, 4, true, 1>;
+  if (is(192, 6, true, 1)) return prefill_gemm_kernel<192, 6, true, 1>;
+  if (is(128, 9, false, 3)) return prefill_gemm_kernel<128, 9, false, 3>;
+  if (is(32, 12, false, 4)) return prefill_gemm_kernel<32, 12, false, 4>;
+  if (is(16, 12, false, 4)) return prefill_gemm_kernel<16, 12, false, 4>;
+  if (is(64, 12, false, 4)) return prefill_gemm_kernel<64, 12, false, 4>;
   throw InvalidArgument("no prefill kernel compiled for " + c.name() + " (see prefill_tile_configs())");
 }
 
@@ -875,14 +827,14 @@ int concurrent_ctas(const TileConfig& config, int split) {
   struct Entry {
     int dev, block_m, stages;
     bool persistent;
-    int k_groups, split, ctas;
+    int copy_group, split, ctas;
   };
   static std::mutex mutex;
   static std::vector<Entry> cache;
   std::lock_guard<std::mutex> lock(mutex);
   for (const Entry& e : cache) {
     if (e.dev == dev && e.block_m == config.block_m && e.stages == config.stages && e.persistent == config.persistent &&
-        e.k_groups == config.k_groups && e.split == split) {
+        e.copy_group == config.copy_group && e.split == split) {
       return e.ctas;
     }
   }
@@ -899,7 +851,7 @@ int concurrent_ctas(const TileConfig& config, int split) {
   cfg.numAttrs = 1;
   int clusters = 0;
   CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel_for(config), &cfg));
-  cache.push_back({dev, config.block_m, config.stages, config.persistent, config.k_groups, split, clusters * split});
+  cache.push_back({dev, config.block_m, config.stages, config.persistent, config.copy_group, split, clusters * split});
   return clusters * split;
 }
 

@@ -42,8 +42,8 @@ void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& 
     return a.status.is_ok() && a.predicted_us < b.predicted_us;
   });
   auto dispatched = [&](const char* backend, std::int64_t decode_max_m) {
-    return std::string(backend) + (s.m <= decode_max_m ? " takes the decode kernel (M <= " + std::to_string(decode_max_m) + ")"
-                                                       : " takes *");
+    if (s.m > decode_max_m) return std::string(backend) + " takes *";
+    return std::string(backend) + " takes the decode kernel (M <= " + std::to_string(decode_max_m) + ")";
   };
   out << "\n" << (shape.shape_name.empty() ? "" : shape.shape_name + " ") << "m" << s.m << " n" << s.n << " k" << s.k << ": "
       << dispatched("fp4gap-w4a16", kW4A16DecodeMaxM) << ", " << dispatched("fp4gap-w4a4", kW4A4DecodeMaxM)

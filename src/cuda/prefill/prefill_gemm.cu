@@ -6,14 +6,16 @@
 // and nothing dequantized ever goes through shared memory. The activations are wgmma's shared-memory
 // operand, loaded by the tensor copy engine with the 128-byte swizzle.
 //
-// CTA = 3 warpgroups. The last one (producer, one thread) fills a ring of
-// `STAGES` stages, each one activation tile [BM rows][64 k] (TMA) plus one packed weight chunk
-// [128 rows][64 k] (one bulk copy), completing on the stage's "full" mbarrier. The consumer
-// warpgroups each own 64 weight rows: per K block they dequantize, issue wgmma m64nBMk16 and keep one K block's wgmmas in flight while
-// dequantizing the next; each consumer warp arrives on the stage's "empty" mbarrier once its
-// wgmmas reading the stage have completed. Under a programmatic launch the first weight stages
-// load before the previous kernel has completed. Split-K CTAs of one tile form a cluster and add their
-// fp32 partial tiles in a fixed order through distributed shared memory (deterministic). A
+// CTA = 3 warpgroups. The last one (producer, one thread) fills a ring of `STAGES` stages, each
+// one activation tile [BM rows][64 k] (TMA) plus one packed weight chunk [128 rows][64 k] (one
+// bulk copy), completing on the stage's "full" mbarrier. The two consumer warpgroups each own 64
+// weight rows: per K block they dequantize, issue wgmma m64nBMk16 and keep one or two K blocks'
+// wgmmas in flight while dequantizing the next; each consumer warp arrives on the stage's "empty"
+// mbarrier once its wgmmas reading the stage have completed. Copy groups bring G K blocks per pair
+// of copies. Under a programmatic launch the first weight stages load before the previous kernel
+// has completed. Split-K CTAs of one tile form a cluster and add their fp32 partial tiles in a
+// fixed order through distributed shared memory (deterministic), or (narrow tiles) the last of
+// them adds all partials from a global workspace. A
 // persistent instantiation runs one CTA per SM over many tiles: the producer keeps loading the next
 // tile while the consumers store this one (16-bit outputs through stmatrix + TMA store), and a
 // small last wave runs as half tiles (persistent_schedule).

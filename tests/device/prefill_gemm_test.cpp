@@ -444,7 +444,8 @@ TEST(PrefillKernel, DISABLED_Timeline) {
   cuda::DeviceBuffer<std::uint8_t> flush(static_cast<std::size_t>(2 * gpu().l2_bytes));
   for (const Shape s : {Shape{4096, 6144, 2048}, Shape{4096, 4096, 6144}, Shape{1024, 4096, 6144},
                         Shape{512, 2048, 6144}, Shape{64, 4096, 6144}, Shape{64, 2048, 6144},
-                        Shape{32, 2048, 6144}, Shape{32, 6144, 2048}}) {
+                        Shape{32, 2048, 6144}, Shape{32, 6144, 2048}, Shape{16, 4096, 6144}, Shape{16, 2048, 6144},
+                        Shape{16, 6144, 2048}}) {
     const GemmProblem p = make_problem(s.m, s.n, s.k, false, OutputType::bf16);
     const GemmInputs in = make_gemm_inputs(p, 1, InputDistribution::random);
     const prefill::Plan plan = prefill::choose_plan(s.m, s.n, s.k, gpu(), prefill::concurrent_ctas);
@@ -454,7 +455,7 @@ TEST(PrefillKernel, DISABLED_Timeline) {
     for (int warm = 0; warm < 2; ++warm) launch(d, in, plan, nullptr);
     flush.fill_bytes(0x5A);
     prefill::launch_gemm(plan, d.map, d.packed.get(), d.out.get(), p.out_type, p.m, p.n, static_cast<float>(in.alpha),
-                         nullptr, timeline.get());
+                         nullptr, timeline.get(), false, d.workspace.get());
     CUDA_CHECK(cudaDeviceSynchronize());
     const std::vector<std::uint64_t> t = timeline.download();
     auto field = [&](std::size_t cta, int f) { return static_cast<double>(t[cta * prefill::kTimelineFields + f]); };

@@ -171,9 +171,10 @@ std::vector<float> read_floats(const DeviceGemm& d, const GemmProblem& p) {
   return out;
 }
 
-void launch(const DeviceGemm& d, const GemmInputs& in, const prefill::Plan& plan, cudaStream_t stream) {
+void launch(const DeviceGemm& d, const GemmInputs& in, const prefill::Plan& plan, cudaStream_t stream,
+            std::uint64_t* timeline = nullptr) {
   prefill::launch_gemm(plan, d.map, d.packed.get(), d.out.get(), in.problem.out_type, in.problem.m, in.problem.n,
-                       static_cast<float>(in.alpha), stream, nullptr, false, d.workspace.get());
+                       static_cast<float>(in.alpha), stream, timeline, false, d.workspace.get());
 }
 
 // Runs `plan` on poisoned output `runs` times: the first run within the gamma(k) bound, finite and
@@ -454,8 +455,7 @@ TEST(PrefillKernel, DISABLED_Timeline) {
     cuda::DeviceBuffer<std::uint64_t> timeline(ctas * (prefill::kTimelineFields + prefill::kTimelineArrivals));
     for (int warm = 0; warm < 2; ++warm) launch(d, in, plan, nullptr);
     flush.fill_bytes(0x5A);
-    prefill::launch_gemm(plan, d.map, d.packed.get(), d.out.get(), p.out_type, p.m, p.n, static_cast<float>(in.alpha),
-                         nullptr, timeline.get(), false, d.workspace.get());
+    launch(d, in, plan, nullptr, timeline.get());
     CUDA_CHECK(cudaDeviceSynchronize());
     const std::vector<std::uint64_t> t = timeline.download();
     auto field = [&](std::size_t cta, int f) { return static_cast<double>(t[cta * prefill::kTimelineFields + f]); };

@@ -66,10 +66,10 @@ struct TileConfig {
   int copy_group = 1;
 
   // Whether split plans of this config may add their partials in a global workspace
-  // (SplitReduction::workspace): the two narrowest tiles. There the last CTA adds 8-16 KB per
-  // split; from m64 on the cluster reduction, which spreads the adding over all split CTAs, was
-  // faster at every point measured (PERF-LOG run 38), and the serial adding spills registers.
-  FP4GAP_HD static constexpr bool workspace_split(int block_m, bool persistent) { return block_m <= 32 && !persistent; }
+  // (SplitReduction::workspace): the tiles of at most 64 rows. There the last CTA to arrive brings
+  // every split's partial tile (8-32 KB) back with bulk copies and adds them; for the wider tiles
+  // the cluster reduction, which spreads the adding over all split CTAs, is left.
+  FP4GAP_HD static constexpr bool workspace_split(int block_m, bool persistent) { return block_m <= 64 && !persistent; }
   bool workspace_split() const { return workspace_split(block_m, persistent); }
 
   // e.g. "sm90a bf16 x nvfp4 m256n128k64 6 stages", "... 4 stages persistent",

@@ -180,6 +180,8 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
 
   extern __shared__ std::uint8_t smem_raw[];
   __shared__ int workspace_last_cta;  // SplitReduction::workspace: this CTA adds the partial tiles
+  // SplitReduction::workspace: split s's partial tile has landed in the ring (the last CTA's copies).
+  __shared__ alignas(8) std::uint64_t partial_bars[kMaxSplitK];
   const std::uint32_t raw_addr = ptx::smem_addr(smem_raw);
   const std::uint32_t base = (raw_addr + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1 KB
   std::uint8_t* const base_ptr = smem_raw + (base - raw_addr);
@@ -222,6 +224,9 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
     for (int s = 0; s < STAGES; ++s) {
       ptx::mbarrier_init(full_bar(s), 1);                             // the producer's arrive + bytes
       ptx::mbarrier_init(empty_bar(s), kConsumerThreads / 32);         // one arrive per consumer warp
+    }
+    if (split_k > 1 && !cluster_split) {
+      for (int s = 0; s < split_k; ++s) ptx::mbarrier_init(ptx::smem_addr(&partial_bars[s]), 1);
     }
     ptx::fence_barrier_init();
   }
@@ -473,12 +478,13 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
       float4* const partials = reinterpret_cast<float4*>(workspace);
       unsigned int* const counters =
           reinterpret_cast<unsigned int*>(partials + static_cast<std::int64_t>(tiles) * split_k * kTileQuads);
-      float4* const tile_partials = partials + static_cast<std::int64_t>(tile) * split_k * kTileQuads + thread;
+      float4* const tile_partials = partials + static_cast<std::int64_t>(tile) * split_k * kTileQuads;
 #pragma unroll
       for (int i = 0; i < kQuads; ++i) {
-        __stcg(tile_partials + split * kTileQuads + i * kThreads,
+        __stcg(tile_partials + split * kTileQuads + i * kThreads + thread,
                make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
       }
+      ptx::fence_proxy_async_global();  // the last CTA reads these through the copy engine
       __threadfence();
       ptx::named_barrier(1, kThreads);
       if (thread == 0) {
@@ -489,33 +495,42 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
       }
       ptx::named_barrier(1, kThreads);
       if (workspace_last_cta == 0) return false;
-      __threadfence();
-      // Every split's partial read back (this CTA's own too: the same bits in any order of
-      // arrival) and added in split order, four requests in flight before any is added.
-      constexpr int kBatch = 4;
+      // Every split's partial (this CTA's own too: the same bits whichever CTA arrives last) comes
+      // back into the idle ring by one bulk copy each, kSlots at a time, and is added in split
+      // order. Loads into registers kept four requests in flight per thread, ~6 L2 round trips
+      // at split 8 (PERF-LOG run 63); the copy engine has all of them in flight at once.
+      constexpr std::uint32_t kPartialBytes = static_cast<std::uint32_t>(kTileQuads) * 16u;
+      constexpr int kSlots = static_cast<int>(STAGES * (kActStageBytes + kChunkBytes) / kPartialBytes);
+      static_assert(kSlots >= 1, "a partial tile fits in the stage ring (check_tile_config)");
+      auto slot_addr = [&](int s) { return act_smem + static_cast<std::uint32_t>(s % kSlots) * kPartialBytes; };
+      auto fetch = [&](int s) {
+        const std::uint32_t bar = ptx::smem_addr(&partial_bars[s]);
+        ptx::mbarrier_arrive_expect_tx(bar, kPartialBytes);
+        ptx::bulk_load(slot_addr(s), tile_partials + s * kTileQuads, kPartialBytes, bar);
+      };
+      if (thread == 0) {
+        __threadfence();                  // acquire: every split's partial, after the counter
+        ptx::fence_proxy_async_global();  // ... and for the copy engine's reads
+        for (int s = 0; s < min(split_k, kSlots); ++s) fetch(s);
+      }
+      for (int s = 0; s < split_k; ++s) {
+        ptx::mbarrier_wait(ptx::smem_addr(&partial_bars[s]), 0);
+        const std::uint32_t slot = slot_addr(s) + static_cast<std::uint32_t>(thread) * 16u;
 #pragma unroll
-      for (int i = 0; i < kQuads; ++i) {
-        float4 sum = __ldcg(tile_partials + i * kThreads);
-        for (int q0 = 1; q0 < split_k; q0 += kBatch) {
-          float4 part[kBatch];
+        for (int i = 0; i < kQuads; ++i) {
+          const uint4 v = ptx::ld_shared_v4_u32(slot + static_cast<std::uint32_t>(i * kThreads) * 16u);
+          const float p[4] = {__uint_as_float(v.x), __uint_as_float(v.y), __uint_as_float(v.z), __uint_as_float(v.w)};
 #pragma unroll
-          for (int q = 0; q < kBatch; ++q) {
-            if (q0 + q < split_k) part[q] = __ldcg(tile_partials + (q0 + q) * kTileQuads + i * kThreads);
-          }
-#pragma unroll
-          for (int q = 0; q < kBatch; ++q) {
-            if (q0 + q < split_k) {
-              sum.x += part[q].x;
-              sum.y += part[q].y;
-              sum.z += part[q].z;
-              sum.w += part[q].w;
-            }
+          for (int e = 0; e < 4; ++e) acc[4 * i + e] = s == 0 ? p[e] : acc[4 * i + e] + p[e];
+        }
+        if (s + kSlots < split_k) {
+          // The slot is read by every consumer thread: then it takes split s + kSlots.
+          ptx::named_barrier(1, kThreads);
+          if (thread == 0) {
+            ptx::fence_proxy_async();
+            fetch(s + kSlots);
           }
         }
-        acc[4 * i] = sum.x;
-        acc[4 * i + 1] = sum.y;
-        acc[4 * i + 2] = sum.z;
-        acc[4 * i + 3] = sum.w;
       }
       return true;
     };

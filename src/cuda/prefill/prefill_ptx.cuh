@@ -160,6 +160,8 @@ __device__ __forceinline__ float4 load_cluster_f4(std::uint32_t addr) {
 // Orders this thread's shared-memory accesses through the async proxy (wgmma, TMA) against its
 // later ordinary accesses to the same bytes.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+// The same between the generic proxy's global accesses and the copy engine's.
+__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
 
 // Stores four 8x8 b16 matrices, transposed: lane 8q + r gives the shared address of row r of
 // matrix q; lane 4r + c holds word c (two b16) of row r of matrix q in register q (PTX ISA stmatrix).

@@ -72,6 +72,16 @@ struct TileConfig {
   FP4GAP_HD static constexpr bool workspace_split(int block_m, bool persistent) { return block_m <= 64 && !persistent; }
   bool workspace_split() const { return workspace_split(block_m, persistent); }
 
+  // Whether this config's kernel can take NVFP4 activations and dequantize them itself (W4A4
+  // without the separate bf16 pass; check_activation_dequant_in_kernel adds the rules on K and
+  // shared memory): one tile per CTA of at most 64 activation rows. Its consumer warpgroups
+  // dequantize the CTA's whole K range into shared memory before their first K block, while the
+  // first weight copies are still in flight (~2.3 us at decode sizes, PERF-LOG run 61).
+  FP4GAP_HD static constexpr bool dequantizes_activations(int block_m, bool persistent) {
+    return block_m <= 64 && !persistent;
+  }
+  bool dequantizes_activations() const { return dequantizes_activations(block_m, persistent); }
+
   // e.g. "sm90a bf16 x nvfp4 m256n128k64 6 stages", "... 4 stages persistent",
   // "... m128n128k64 9 stages, 3 K blocks per copy"
   std::string name() const;
@@ -185,6 +195,18 @@ Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, const DeviceCon
 // M = 128; mixed for the m256 tiles (up to 4 us slower at M <= 64, split 4) and not measured at
 // large M, so those launch plainly.
 constexpr bool launches_programmatically(const TileConfig& config) { return config.block_m <= 128; }
+
+// Dynamic shared memory of a launch of `plan` that dequantizes NVFP4 activations in the kernel:
+// the CTA's activation tiles of all of its K blocks stay resident where the ring's activation
+// stages are, which grow from `stages` to ceil(k_blocks / split_k) K blocks when the range is
+// longer (the weight chunks keep their ring).
+std::int64_t activation_dequant_smem_bytes(const Plan& plan);
+
+// Whether a launch of `plan` can take NVFP4 activations [*, k] and dequantize them itself: ok, or
+// not_supported naming the rule broken: TileConfig::dequantizes_activations, whole K blocks
+// (k % 64 == 0), and activation_dequant_smem_bytes within `smem_per_block` (the device's opt-in
+// limit).
+Status check_activation_dequant_in_kernel(const Plan& plan, std::int64_t k, std::int64_t smem_per_block);
 
 // A plan for an explicit configuration and split (tests and the tuner); throws InvalidArgument
 // when split_k is outside [1, kMaxSplitK], or above 1 for a persistent config.

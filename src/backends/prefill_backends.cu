@@ -1,6 +1,8 @@
 // The Hopper prefill backends (src/cuda/prefill):
 //   fp4gap-prefill-w4a16  bf16 activations x NVFP4 weight, wgmma with the weight dequantized in registers
-//   fp4gap-prefill-w4a4   NVFP4 activations (dequantized to a bf16 workspace each run) x NVFP4 weight
+//   fp4gap-prefill-w4a4   NVFP4 activations x NVFP4 weight: the tiles of at most 64 rows dequantize the
+//                         activations in the kernel where they fit its shared memory, the others read
+//                         a bf16 workspace that a separate pass fills each run
 // Both are exact: every NVFP4 value is a bf16, so only the fp32 accumulation order differs from
 // the reference.
 #include <climits>
@@ -48,13 +50,24 @@ class PrefillRunner final : public GemmRunner {
     packed_ = upload_sets(packed.bytes.data(), packed_bytes_, sets);
 
     if (w4a4_) {
-      act_fp4_ = with_layout(in.a_fp4, ScaleLayout::linear);  // the dequantize kernel reads linear scales
-      a_code_bytes_ = act_fp4_.codes.size();
-      a_scale_bytes_ = act_fp4_.scales.size();
-      a_codes_ = upload_sets(act_fp4_.codes.data(), a_code_bytes_, sets);
-      a_scales_ = upload_sets(act_fp4_.scales.data(), a_scale_bytes_, sets);
-      workspace_ = DeviceBuffer<std::uint16_t>(static_cast<std::size_t>(p_.m * p_.k));
-      maps_.push_back(prefill::make_activation_maps(workspace_.get(), p_.m, p_.k, plan_.config));
+      act_fp4_ = with_layout(in.a_fp4, ScaleLayout::linear);  // both dequantizations read linear scales
+      // Each set's codes start 16-byte aligned (the kernel's code loads), its scales 2-byte aligned.
+      a_code_bytes_ = (act_fp4_.codes.size() + 15) / 16 * 16;
+      a_scale_bytes_ = (act_fp4_.scales.size() + 15) / 16 * 16;
+      a_codes_ = DeviceBuffer<std::uint8_t>(a_code_bytes_ * static_cast<std::size_t>(sets));
+      a_scales_ = DeviceBuffer<std::uint8_t>(a_scale_bytes_ * static_cast<std::size_t>(sets));
+      for (int s = 0; s < sets; ++s) {
+        CUDA_CHECK(cudaMemcpy(a_codes_.get() + a_code_bytes_ * static_cast<std::size_t>(s), act_fp4_.codes.data(),
+                              act_fp4_.codes.size(), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(a_scales_.get() + a_scale_bytes_ * static_cast<std::size_t>(s), act_fp4_.scales.data(),
+                              act_fp4_.scales.size(), cudaMemcpyHostToDevice));
+      }
+      dequant_in_kernel_ =
+          prefill::check_activation_dequant_in_kernel(plan_, p_.k, device.smem_per_block_optin).is_ok();
+      if (!dequant_in_kernel_) {
+        workspace_ = DeviceBuffer<std::uint16_t>(static_cast<std::size_t>(p_.m * p_.k));
+        maps_.push_back(prefill::make_activation_maps(workspace_.get(), p_.m, p_.k, plan_.config));
+      }
     } else {
       act_bf16_ = in.a_bf16;
       if (act_bf16_.size() != static_cast<std::size_t>(p_.m * p_.k)) {
@@ -86,15 +99,24 @@ class PrefillRunner final : public GemmRunner {
   void run(int set, void* stream) override {
     check_set(set, sets_, "run");
     const cudaStream_t s = cuda::as_stream(stream);
+    const auto at = [&](const DeviceBuffer<std::uint8_t>& sets, std::size_t stride) {
+      return sets.get() + stride * static_cast<std::size_t>(set);
+    };
+    const std::uint8_t* packed = at(packed_, packed_bytes_);
+    std::uint8_t* out = at(outputs_, out_bytes_);
+    if (dequant_in_kernel_) {
+      const prefill::Nvfp4Activations act{at(a_codes_, a_code_bytes_), at(a_scales_, a_scale_bytes_), p_.m, p_.k};
+      prefill::launch_gemm(plan_, act, packed, out, p_.out_type, p_.m, p_.n, alpha_, s, nullptr, programmatic(),
+                           split_workspace_.get());
+      return;
+    }
     if (w4a4_) {
-      prefill::launch_dequantize_bf16(a_codes_.get() + a_code_bytes_ * static_cast<std::size_t>(set),
-                                      a_scales_.get() + a_scale_bytes_ * static_cast<std::size_t>(set),
-                                      workspace_.get(), p_.m, p_.k, s, /*programmatic=*/true);
+      prefill::launch_dequantize_bf16(at(a_codes_, a_code_bytes_), at(a_scales_, a_scale_bytes_), workspace_.get(),
+                                      p_.m, p_.k, s, /*programmatic=*/true);
     }
     const prefill::ActivationMaps& map = maps_[w4a4_ ? 0 : static_cast<std::size_t>(set)];
-    prefill::launch_gemm(plan_, map, packed_.get() + packed_bytes_ * static_cast<std::size_t>(set),
-                         outputs_.get() + out_bytes_ * static_cast<std::size_t>(set), p_.out_type, p_.m, p_.n, alpha_,
-                         s, nullptr, programmatic(), split_workspace_.get());
+    prefill::launch_gemm(plan_, map, packed, out, p_.out_type, p_.m, p_.n, alpha_, s, nullptr, programmatic(),
+                         split_workspace_.get());
   }
 
   // 0xFF bytes are NaN in f32, bf16 and fp16.
@@ -132,7 +154,11 @@ class PrefillRunner final : public GemmRunner {
   std::string config() const override {
     std::string c = plan_.describe();
     if (programmatic()) c += ", programmatic launch";
-    if (w4a4_) c += "; activations dequantized to a bf16 workspace by a separate kernel each run";
+    if (dequant_in_kernel_) {
+      c += "; activations dequantized in the kernel";
+    } else if (w4a4_) {
+      c += "; activations dequantized to a bf16 workspace by a separate kernel each run";
+    }
     return c;
   }
   bool on_device() const override { return true; }
@@ -143,7 +169,9 @@ class PrefillRunner final : public GemmRunner {
   // overlap the pass's tail (the GEMM reads the activations only after the pass completes). The
   // pass itself launches programmatically too (it waits for the previous kernel before it reads
   // or writes).
-  bool programmatic() const { return w4a4_ || prefill::launches_programmatically(plan_.config); }
+  bool programmatic() const {
+    return (w4a4_ && !dequant_in_kernel_) || prefill::launches_programmatically(plan_.config);
+  }
 
   prefill::Plan choose(const DeviceContext& device) const {
     return prefill::choose_plan(p_.m, p_.n, p_.k, device, prefill::concurrent_ctas);
@@ -152,11 +180,13 @@ class PrefillRunner final : public GemmRunner {
   GemmProblem p_;
   int sets_;
   bool w4a4_;
+  bool dequant_in_kernel_ = false;  // W4A4 on a plan whose kernel dequantizes the activations
   float alpha_;
   prefill::Plan plan_;
   Nvfp4Matrix weight_;
   Nvfp4Matrix act_fp4_;
   std::vector<std::uint16_t> act_bf16_;
+  // Bytes between input sets (W4A4: the codes and scales rounded up to 16-byte multiples).
   std::size_t packed_bytes_ = 0, a_bytes_ = 0, a_code_bytes_ = 0, a_scale_bytes_ = 0, out_bytes_ = 0;
   DeviceBuffer<std::uint8_t> packed_, a_bf16_dev_, a_codes_, a_scales_, outputs_, split_workspace_;
   DeviceBuffer<std::uint16_t> workspace_;
@@ -169,8 +199,8 @@ class PrefillBackend final : public GemmBackend {
 
   std::string_view name() const override { return w4a4_ ? "fp4gap-prefill-w4a4" : "fp4gap-prefill-w4a16"; }
   std::string_view description() const override {
-    return w4a4_ ? "Hopper wgmma NVFP4 x NVFP4 (exact): activations dequantized to bf16 by a separate kernel, "
-                   "then the W4A16 kernel"
+    return w4a4_ ? "Hopper wgmma NVFP4 x NVFP4 (exact): the W4A16 kernel, its tiles of at most 64 rows "
+                   "dequantizing the activations themselves, the others behind a separate bf16 pass"
                  : "Hopper wgmma bf16 x NVFP4 (exact): TMA stage ring, weight dequantized into wgmma register "
                    "fragments, producer/consumer warpgroups, split-K in a cluster or a workspace";
   }

@@ -105,6 +105,32 @@ Status check_tile_config(const TileConfig& c, const DeviceContext& device) {
   return Status::ok();
 }
 
+std::int64_t activation_dequant_smem_bytes(const Plan& plan) {
+  const TileConfig& c = plan.config;
+  const std::int64_t range = ceil_div(plan.k_blocks, plan.split_k);
+  return c.smem_bytes() + std::max<std::int64_t>(0, range - c.stages) * c.block_m * kBlockK * 2;
+}
+
+Status check_activation_dequant_in_kernel(const Plan& plan, std::int64_t k, std::int64_t smem_per_block) {
+  const TileConfig& c = plan.config;
+  std::ostringstream os;
+  if (c.persistent) {
+    os << c.name() << ": a persistent config's tiles take their activations from the tensor copy only";
+  } else if (!c.dequantizes_activations()) {
+    os << c.name() << ": only tiles of at most 64 activation rows dequantize NVFP4 activations in the kernel";
+  } else if (k % kBlockK != 0) {
+    os << "K = " << k << " is not a multiple of " << kBlockK
+       << ": the kernel dequantizes whole K blocks of activations (32-byte code rows, 4-byte scale rows)";
+  } else if (activation_dequant_smem_bytes(plan) > smem_per_block) {
+    os << plan.describe() << ": " << ceil_div(plan.k_blocks, plan.split_k)
+       << " K blocks of resident activations per CTA need " << activation_dequant_smem_bytes(plan)
+       << " bytes of shared memory per block; " << smem_per_block << " available";
+  } else {
+    return Status::ok();
+  }
+  return Status::not_supported(os.str());
+}
+
 std::string Plan::describe() const {
   std::ostringstream os;
   os << config.name() << ", split-k " << split_k;

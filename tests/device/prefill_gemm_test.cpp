@@ -155,9 +155,9 @@ DeviceGemm upload(const GemmInputs& in, const prefill::Plan& plan) {
   return d;
 }
 
-std::vector<float> read_floats(const DeviceGemm& d, const GemmProblem& p) {
+std::vector<float> read_floats(const cuda::DeviceBuffer<std::uint8_t>& d_out, const GemmProblem& p) {
   CUDA_CHECK(cudaDeviceSynchronize());
-  const std::vector<std::uint8_t> raw = d.out.download();
+  const std::vector<std::uint8_t> raw = d_out.download();
   std::vector<float> out(static_cast<std::size_t>(p.m * p.n));
   for (std::size_t i = 0; i < out.size(); ++i) {
     if (p.out_type == OutputType::f32) {
@@ -170,6 +170,8 @@ std::vector<float> read_floats(const DeviceGemm& d, const GemmProblem& p) {
   }
   return out;
 }
+
+std::vector<float> read_floats(const DeviceGemm& d, const GemmProblem& p) { return read_floats(d.out, p); }
 
 void launch(const DeviceGemm& d, const GemmInputs& in, const prefill::Plan& plan, cudaStream_t stream,
             std::uint64_t* timeline = nullptr) {
@@ -236,6 +238,111 @@ TEST(PrefillKernel, EveryConfigurationAndSplitIsExactAndRepeatable) {
       }
     }
   }
+}
+
+// W4A4 with the activations dequantized by the kernel (check_activation_dequant_in_kernel): every
+// config that can, splits and both reductions, against the same plan behind the separate bf16
+// pass. The wgmmas read the same bits either way, so the outputs must be bitwise equal; on
+// exact-grid inputs equal to the rounded reference, and repeated runs (one programmatic) bitwise
+// equal. M = 300, 40, 1: several activation tiles with a partial last one, one partial tile, one
+// row; N = 224, 544: a partial weight tile; K = 576, 384, 64: 9, 6 and 1 K blocks, uneven splits;
+// K = 1280 unsplit: 20 K blocks, more resident tiles than the ring has stages; workspace split 8:
+// more partial tiles than fit the m32 / m64 rings at once.
+TEST(PrefillKernel, ActivationsDequantizedInTheKernelEqualTheSeparatePass) {
+  REQUIRE_HOPPER();
+  struct Shape {
+    std::int64_t m, n, k;
+  };
+  std::uint64_t seed = 7900;
+  for (const Shape s : {Shape{300, 224, 576}, Shape{40, 544, 384}, Shape{1, 224, 64}, Shape{40, 224, 1280}}) {
+    for (const OutputType out : {OutputType::f32, OutputType::bf16}) {
+      const GemmProblem p = make_problem(s.m, s.n, s.k, true, out);
+      const GemmInputs in = make_gemm_inputs(p, ++seed, InputDistribution::exact_grid);
+      const ReferenceResult ref = reference_gemm(in.a_view(), in.b_view(), in.alpha);
+      const Nvfp4Matrix a = with_layout(in.a_fp4, ScaleLayout::linear);
+      const cuda::DeviceBuffer<std::uint8_t> codes(a.codes), scales(a.scales);
+      const prefill::Nvfp4Activations act{codes.get(), scales.get(), s.m, s.k};
+      cuda::DeviceBuffer<std::uint16_t> a_bf16(static_cast<std::size_t>(s.m * s.k));
+      prefill::launch_dequantize_bf16(codes.get(), scales.get(), a_bf16.get(), s.m, s.k, nullptr);
+      const cuda::DeviceBuffer<std::uint8_t> packed(prefill::pack_weights(in.b_fp4).bytes);
+      cuda::DeviceBuffer<std::uint8_t> d_pass(static_cast<std::size_t>(s.m * s.n * output_type_bytes(out)));
+      cuda::DeviceBuffer<std::uint8_t> d_kernel(d_pass.bytes());
+      const auto alpha = static_cast<float>(in.alpha);
+      int checked = 0;
+      for (const prefill::TileConfig& c : prefill::tile_configs()) {
+        if (!c.dequantizes_activations()) continue;
+        const prefill::ActivationMaps maps = prefill::make_activation_maps(a_bf16.get(), s.m, s.k, c);
+        for (int split : {1, 2, 3, 8, -3, -8}) {  // negative: a workspace reduction
+          if (std::abs(split) > s.k / prefill::kBlockK || (s.k > 1000 && split != 1)) continue;
+          const prefill::Plan plan = prefill::make_plan(
+              s.m, s.n, s.k, c, std::abs(split),
+              split < 0 ? prefill::SplitReduction::workspace : prefill::SplitReduction::cluster);
+          SCOPED_TRACE(repro("w4a4, activations dequantized in the kernel, " + plan.describe() + ", " + p.label(), seed));
+          const Status can = prefill::check_activation_dequant_in_kernel(plan, s.k, gpu().smem_per_block_optin);
+          ASSERT_TRUE(can.is_ok()) << can.reason;
+          cuda::DeviceBuffer<std::uint8_t> workspace(static_cast<std::size_t>(plan.workspace_bytes()));
+          workspace.fill_bytes(0);
+          d_pass.fill_bytes(0xFF);
+          prefill::launch_gemm(plan, maps, packed.get(), d_pass.get(), out, s.m, s.n, alpha, nullptr, nullptr, false,
+                               workspace.get());
+          const std::vector<float> through_pass = read_floats(d_pass, p);
+          for (int run = 1; run <= 3; ++run) {
+            d_kernel.fill_bytes(0xFF);
+            prefill::launch_gemm(plan, act, packed.get(), d_kernel.get(), out, s.m, s.n, alpha, nullptr, nullptr,
+                                 run == 3, workspace.get());
+            CUDA_CHECK(cudaGetLastError());
+            const std::vector<float> got = read_floats(d_kernel, p);
+            ASSERT_EQ(std::memcmp(got.data(), through_pass.data(), got.size() * sizeof(float)), 0)
+                << "run " << run << (run == 3 ? " (programmatic)" : "")
+                << " differs bitwise from the same plan behind the separate pass";
+          }
+          const VerifyResult v = verify_gemm_output(through_pass.data(), ref, p.k, out);
+          EXPECT_TRUE(v.passed) << v.message;
+          expect_exact(through_pass, ref, out);
+          ++checked;
+        }
+      }
+      EXPECT_GT(checked, 0) << "no config dequantizes activations in the kernel";
+    }
+  }
+}
+
+// The in-kernel activation launch refuses, naming the rule, plans and K it cannot take and
+// activations that do not fit the plan or are misaligned, before anything is launched.
+TEST(PrefillKernel, LaunchRefusesNvfp4ActivationsItCannotDequantize) {
+  REQUIRE_HOPPER();
+  const std::int64_t m = 16, n = 128, k = 640;
+  cuda::DeviceBuffer<std::uint8_t> codes(static_cast<std::size_t>(m * k / 2 + 16)),
+      scales(static_cast<std::size_t>(m * k / 16 + 4));
+  cuda::DeviceBuffer<std::uint8_t> packed(static_cast<std::size_t>(prefill::kChunkBytes * (k / prefill::kBlockK)));
+  cuda::DeviceBuffer<float> out(static_cast<std::size_t>(m * n));
+  out.fill_bytes(0xFF);
+  const prefill::TileConfig narrow{16, 12, false, 4};
+  auto refused = [&](const prefill::Plan& plan, const prefill::Nvfp4Activations& act, const std::string& rule) {
+    try {
+      prefill::launch_gemm(plan, act, packed.get(), out.get(), OutputType::f32, m, n, 1.0f, nullptr);
+      ADD_FAILURE() << "launched " << plan.describe() << " with NVFP4 activations [" << act.m << ", " << act.k << "]";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(rule), std::string::npos) << e.what();
+    }
+  };
+  const prefill::Nvfp4Activations act{codes.get(), scales.get(), m, k};
+  refused(prefill::make_plan(m, n, k, prefill::TileConfig{128, 9}, 1), act, "at most 64 activation rows");
+  refused(prefill::make_plan(m, n, k, prefill::TileConfig{256, 4, true}, 1), act, "persistent");
+  refused(prefill::make_plan(m, n, k - 32, narrow, 1), prefill::Nvfp4Activations{codes.get(), scales.get(), m, k - 32},
+          "not a multiple of 64");
+  refused(prefill::make_plan(m, n, k, narrow, 1), prefill::Nvfp4Activations{codes.get() + 8, scales.get(), m, k},
+          "16-byte aligned");
+  refused(prefill::make_plan(m, n, k, narrow, 1), prefill::Nvfp4Activations{codes.get(), scales.get() + 1, m, k},
+          "2-byte aligned");
+  refused(prefill::make_plan(m, n, k, narrow, 1), prefill::Nvfp4Activations{codes.get(), scales.get(), m, k - 64},
+          "do not fit");
+  // 16 x 128 x 65536 unsplit: 1024 resident K blocks of 2 KB, more than any device's shared memory.
+  refused(prefill::make_plan(m, n, 65536, narrow, 1), prefill::Nvfp4Activations{codes.get(), scales.get(), m, 65536},
+          "K blocks of resident activations per CTA need");
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> untouched = out.download();
+  for (float x : untouched) ASSERT_TRUE(std::isnan(x)) << "a refused launch wrote the output";
 }
 
 TEST(PrefillKernel, TmaStoreEpilogueIsExactAtEveryEdge) {

@@ -210,9 +210,10 @@ TEST(PrefillKernel, ProgrammaticLaunchWaitsForThePreviousKernel) {
 }
 
 // The W4A4 prefill path as the backend runs it: the activation pass (programmatic) and the GEMM
-// behind it (programmatic), after a producer that writes the NVFP4 activations (codes, then
-// linear scales) 0.2 ms late and poisons D. A pass that read its input before the producer
-// completed dequantizes zeros; a GEMM that wrote D too early is poisoned.
+// behind it (programmatic), or the GEMM dequantizing the activations itself (unsplit, or split 4
+// where a CTA's 32 resident K blocks would not fit), after a producer that writes the NVFP4
+// activations (codes, then linear scales) 0.2 ms late and poisons D. A pass or GEMM that read its
+// input before the producer completed dequantizes zeros; a GEMM that wrote D too early is poisoned.
 TEST(PrefillKernel, ProgrammaticActivationPassWaitsForThePreviousKernel) {
   REQUIRE_GPU();
   const Status avail = prefill::kernels_available();
@@ -234,26 +235,41 @@ TEST(PrefillKernel, ProgrammaticActivationPassWaitsForThePreviousKernel) {
   cuda::DeviceBuffer<std::uint16_t> a_bf16(static_cast<std::size_t>(m * k));
   cuda::DeviceBuffer<float> d(static_cast<std::size_t>(m * n));
   cuda::DeviceBuffer<std::uint8_t> packed(prefill::pack_weights(in.b_fp4).bytes);
+  const prefill::Nvfp4Activations act{a.get(), a.get() + a_linear.codes.size(), m, k};
   for (const prefill::TileConfig& c : prefill::tile_configs()) {
-    const prefill::Plan plan = prefill::make_plan(m, n, k, c, 1);
-    const prefill::ActivationMaps map = prefill::make_activation_maps(a_bf16.get(), m, k, c);
-    auto launch = [&] {
-      prefill::launch_dequantize_bf16(a.get(), a.get() + a_linear.codes.size(), a_bf16.get(), m, k, stream.get(), true);
-      prefill::launch_gemm(plan, map, packed.get(), d.get(), OutputType::f32, m, n, static_cast<float>(in.alpha),
-                           stream.get(), nullptr, true);
-    };
-    launch();  // loads the modules (see the probe)
-    stream.synchronize();
-    a.fill_bytes(0);
-    a_bf16.fill_bytes(0);
-    d.fill_bytes(0);
-    launch_producer(staged.get(), a.get(), static_cast<std::int64_t>(a.bytes()), reinterpret_cast<std::uint8_t*>(d.get()),
-                    static_cast<std::int64_t>(d.bytes()), times.get(), stream.get());
-    launch();
-    stream.synchronize();
-    const std::vector<float> got = d.download();
-    const VerifyResult v = verify_gemm_output(got.data(), ref, k, OutputType::f32);
-    EXPECT_TRUE(v.passed) << v.message << " for " << repro("w4a4 m40 n544 k2048 " + plan.describe(), seed);
+    for (const bool in_kernel : {false, true}) {
+      if (in_kernel && !c.dequantizes_activations()) continue;
+      prefill::Plan plan = prefill::make_plan(m, n, k, c, 1);
+      if (in_kernel && !prefill::check_activation_dequant_in_kernel(plan, k, test::gpu().smem_per_block_optin).is_ok()) {
+        plan = prefill::make_plan(m, n, k, c, 4);
+      }
+      const prefill::ActivationMaps map = prefill::make_activation_maps(a_bf16.get(), m, k, c);
+      auto launch = [&] {
+        if (in_kernel) {
+          prefill::launch_gemm(plan, act, packed.get(), d.get(), OutputType::f32, m, n, static_cast<float>(in.alpha),
+                               stream.get(), nullptr, true);
+          return;
+        }
+        prefill::launch_dequantize_bf16(a.get(), a.get() + a_linear.codes.size(), a_bf16.get(), m, k, stream.get(), true);
+        prefill::launch_gemm(plan, map, packed.get(), d.get(), OutputType::f32, m, n, static_cast<float>(in.alpha),
+                             stream.get(), nullptr, true);
+      };
+      launch();  // loads the modules (see the probe)
+      stream.synchronize();
+      a.fill_bytes(0);
+      a_bf16.fill_bytes(0);
+      d.fill_bytes(0);
+      launch_producer(staged.get(), a.get(), static_cast<std::int64_t>(a.bytes()), reinterpret_cast<std::uint8_t*>(d.get()),
+                      static_cast<std::int64_t>(d.bytes()), times.get(), stream.get());
+      launch();
+      stream.synchronize();
+      const std::vector<float> got = d.download();
+      const VerifyResult v = verify_gemm_output(got.data(), ref, k, OutputType::f32);
+      EXPECT_TRUE(v.passed) << v.message << " for "
+                            << repro(std::string("w4a4 m40 n544 k2048 ") + plan.describe() +
+                                         (in_kernel ? ", activations dequantized in the kernel" : ", behind the pass"),
+                                     seed);
+    }
   }
 }
 

@@ -87,6 +87,51 @@ TEST(PrefillConfig, CopyGroupsFillWholeRingsOfOneTile) {
   EXPECT_TRUE(check_tile_config(TileConfig{64, 12, false, 4}, h200_context()).is_ok());
 }
 
+// W4A4 activations dequantized in the kernel: tiles of at most 64 rows, not persistent, whole K
+// blocks, and the CTA's resident activation tiles within the device's shared memory; every
+// refusal names its rule.
+TEST(PrefillConfig, ActivationDequantInTheKernelNeedsANarrowTileWholeKBlocksAndSharedMemory) {
+  const std::int64_t h200_smem = h200_context().smem_per_block_optin;
+  int narrow = 0;
+  for (const TileConfig& c : tile_configs()) {
+    const Plan plan = make_plan(16, 2048, 6144, c, 1 + (c.persistent ? 0 : 7));  // split 8: 12 K blocks per CTA
+    const Status s = check_activation_dequant_in_kernel(plan, 6144, h200_smem);
+    EXPECT_EQ(s.is_ok(), c.dequantizes_activations()) << c.name() << ": " << s.reason;
+    EXPECT_EQ(c.dequantizes_activations(), !c.persistent && c.block_m <= 64) << c.name();
+    narrow += s.is_ok() ? 1 : 0;
+    if (c.persistent) {
+      EXPECT_NE(s.reason.find("persistent"), std::string::npos) << s.reason;
+    } else if (c.block_m > 64) {
+      EXPECT_NE(s.reason.find("at most 64 activation rows"), std::string::npos) << s.reason;
+    } else {
+      // 12 K blocks per CTA, as many as the ring's stages: no more shared memory than the tile.
+      EXPECT_EQ(activation_dequant_smem_bytes(plan), c.smem_bytes()) << c.name();
+    }
+  }
+  EXPECT_EQ(narrow, 4) << "m16, m32 and m64 with 4 K blocks per copy, and the plain m64";
+  const TileConfig m16{16, 12, false, 4};
+  for (const std::int64_t k : {16, 48, 6144 + 32, 100}) {
+    const Status s = check_activation_dequant_in_kernel(make_plan(16, 256, k, m16, 1), k, h200_smem);
+    EXPECT_EQ(s.code, StatusCode::not_supported) << "K = " << k;
+    EXPECT_NE(s.reason.find("K = " + std::to_string(k) + " is not a multiple of 64"), std::string::npos) << s.reason;
+  }
+  // Longer ranges than the ring grow the resident tiles: m32 at split 4 of 96 K blocks holds 24
+  // tiles of 32 x 64 bf16 (4 KB), 12 beyond its ring's.
+  const TileConfig m32{32, 12, false, 4};
+  const Plan w13 = make_plan(32, 4096, 6144, m32, 4);
+  EXPECT_EQ(activation_dequant_smem_bytes(w13), m32.smem_bytes() + 12 * 32 * 64 * 2);
+  EXPECT_TRUE(check_activation_dequant_in_kernel(w13, 6144, h200_smem).is_ok());
+  // m64 unsplit at K = 6144: 96 tiles of 8 KB, far beyond 227 KB; the reason names the bytes.
+  const Plan unsplit = make_plan(64, 4096, 6144, TileConfig{64, 12, false, 4}, 1);
+  const Status too_big = check_activation_dequant_in_kernel(unsplit, 6144, h200_smem);
+  EXPECT_EQ(too_big.code, StatusCode::not_supported);
+  EXPECT_NE(too_big.reason.find(std::to_string(activation_dequant_smem_bytes(unsplit))), std::string::npos)
+      << too_big.reason;
+  EXPECT_NE(too_big.reason.find("96 K blocks of resident activations"), std::string::npos) << too_big.reason;
+  EXPECT_NE(too_big.reason.find(std::to_string(h200_smem)), std::string::npos) << too_big.reason;
+  EXPECT_TRUE(check_activation_dequant_in_kernel(make_plan(64, 128, 64, TileConfig{64, 12}, 1), 64, h200_smem).is_ok());
+}
+
 TEST(PrefillConfig, SplitRangesPartitionTheKBlocks) {
   for (std::int64_t kb = 1; kb <= 50; ++kb) {
     for (int split = 1; split <= kMaxSplitK; ++split) {

@@ -155,14 +155,18 @@ __device__ __forceinline__ void store_staged_tile(const float* staged, void* out
 
 #endif  // FP4GAP_PREFILL_SM90A
 
-template <int BM, int STAGES, bool PERSISTENT, int GROUP>
+// DEQUANT_ACT: NVFP4 activations (`act_codes`, `act_scales`: row-major [m, k_blocks * 64] codes and
+// linear E4M3 scales) that the consumers dequantize into resident tiles before their first K
+// block (check_activation_dequant_in_kernel); the activation tensor maps are then unused.
+template <int BM, int STAGES, bool PERSISTENT, int GROUP, bool DEQUANT_ACT = false>
 __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
     prefill_gemm_kernel(const __grid_constant__ CUtensorMap act_map, const __grid_constant__ CUtensorMap act_half_map,
                         const __grid_constant__ CUtensorMap act_group_map, int k_tail,
                         const std::uint8_t* __restrict__ weights, void* __restrict__ out, OutputType out_type, int m,
                         int n, int k_blocks, int split_k, float alpha, std::uint64_t* __restrict__ timeline,
                         const __grid_constant__ CUtensorMap out_map, const __grid_constant__ CUtensorMap out_half_map,
-                        int tma_store, int programmatic, std::uint8_t* __restrict__ workspace) {
+                        int tma_store, int programmatic, std::uint8_t* __restrict__ workspace,
+                        const std::uint8_t* __restrict__ act_codes, const std::uint8_t* __restrict__ act_scales) {
 #if FP4GAP_PREFILL_SM90A
   // Optional per-CTA timeline (kTimelineFields words per CTA, prefill_gemm.cuh), written by thread 0
   // as it goes: no timestamp stays live in a register across the main loop.
@@ -172,6 +176,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
   if (timeline != nullptr && threadIdx.x == 0) timeline_field(0) = ptx::global_timer();
   constexpr int kActStageBytes = BM * kBlockK * 2;
   static_assert(GROUP == 1 || (!PERSISTENT && STAGES % GROUP == 0), "copy groups fill whole rounds of one tile's ring");
+  static_assert(!DEQUANT_ACT || TileConfig::dequantizes_activations(BM, PERSISTENT), "see TileConfig");
   constexpr int kSteps = 4;  // k16 steps of a K block
   constexpr int kConsumerThreads = kConsumerWarpgroups * 128;
   // A persistent CTA's output staging comes first and is its own: the ring keeps filling with the
@@ -186,7 +191,10 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
   const std::uint32_t base = (raw_addr + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1 KB
   std::uint8_t* const base_ptr = smem_raw + (base - raw_addr);
   const std::uint32_t act_smem = base + kStagingBytes;
-  const std::uint32_t wgt_offset = kStagingBytes + STAGES * kActStageBytes;
+  // Activation tiles: the ring's stages, or with DEQUANT_ACT one resident tile per K block of the
+  // CTA's range, at least as many as the ring has stages (activation_dequant_smem_bytes).
+  const int act_tiles = DEQUANT_ACT ? max(STAGES, (k_blocks + split_k - 1) / split_k) : STAGES;
+  const std::uint32_t wgt_offset = kStagingBytes + static_cast<std::uint32_t>(act_tiles) * kActStageBytes;
   const std::uint32_t bar_base = base + wgt_offset + STAGES * kChunkBytes;
   auto full_bar = [&](int s) { return bar_base + 8u * s; };
   auto empty_bar = [&](int s) { return bar_base + 8u * (STAGES + s); };
@@ -236,8 +244,10 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
     // ---- producer ----
     ptx::release_registers<kProducerRegisters>();
     if (threadIdx.x == kConsumerThreads) {
-      ptx::prefetch_tensor_map(&act_map);
-      if constexpr (GROUP > 1) ptx::prefetch_tensor_map(&act_group_map);
+      if constexpr (!DEQUANT_ACT) {
+        ptx::prefetch_tensor_map(&act_map);
+        if constexpr (GROUP > 1) ptx::prefetch_tensor_map(&act_group_map);
+      }
       // The weight is not written by the previous kernel: under a programmatic launch the first
       // tile's first stages of weight chunks are requested before waiting for that kernel to
       // complete (it may still run), the activations after. The ring starts empty, so these
@@ -255,7 +265,8 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
       const int prefetched = programmatic && first_unit < units ? min(range_groups, STAGES / GROUP) : 0;
       for (int g = 0; g < prefetched; ++g) {
         const int kb = static_cast<int>(kr.begin) + g * GROUP, nb = group_blocks(kb);
-        const std::uint32_t act_bytes = act_tile_2d(kb, nb) ? nb * kActStageBytes : GROUP * kActStageBytes;
+        const std::uint32_t act_bytes =
+            DEQUANT_ACT ? 0u : (act_tile_2d(kb, nb) ? nb * kActStageBytes : GROUP * kActStageBytes);
         ptx::mbarrier_arrive_expect_tx(full_bar(g * GROUP), act_bytes + nb * kChunkBytes);
         ptx::bulk_load(base + wgt_offset + g * GROUP * kChunkBytes,
                        weights + chunk_offset(first_unit % n_tiles, kb, k_blocks), nb * kChunkBytes,
@@ -277,10 +288,13 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
             // Released in order: the group's last stage free means all of its stages are.
             ptx::mbarrier_wait(empty_bar(stage + GROUP - 1), phase ^ 1);
             const std::uint32_t act_bytes =
-                unit.half ? kActStageBytes / 2 : (act_2d ? nb * kActStageBytes : GROUP * kActStageBytes);
+                DEQUANT_ACT ? 0u
+                            : (unit.half ? kActStageBytes / 2 : (act_2d ? nb * kActStageBytes : GROUP * kActStageBytes));
             ptx::mbarrier_arrive_expect_tx(full_bar(stage), act_bytes + nb * kChunkBytes);
           }
-          if (act_2d) {
+          if constexpr (DEQUANT_ACT) {
+            // The consumers write the activation tiles.
+          } else if (act_2d) {
             for (int j = 0; j < nb; ++j) {
               ptx::tma_load_2d(act_smem + (stage + j) * kActStageBytes, map, full_bar(stage), (kb + j) * kBlockK,
                                unit.row0);
@@ -371,7 +385,9 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
     // issues and commits its wgmmas into `acc`, as many activation rows wide as acc holds (BM, or
     // BM / 2 for a persistent CTA's half tile). Called with a constant `stg` by the ring-unrolled
     // loop, where every stage offset folds into an immediate.
-    auto issue_block = [&](int stg, auto buffer, auto& acc) {
+    // `block`: the K block's index in the CTA's range, which picks its resident activation tile
+    // under DEQUANT_ACT (otherwise the stage's tile holds it).
+    auto issue_block = [&](int stg, int block, auto buffer, auto& acc) {
       constexpr int b = decltype(buffer)::value;
       constexpr int W = 2 * static_cast<int>(std::extent_v<std::remove_reference_t<decltype(acc)>>);
       ptx::mbarrier_wait(full_bar(stg - stg % GROUP), phase);  // the stage's copy group has arrived
@@ -394,7 +410,8 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
       // Every wgmma input (fragments, descriptors) is pinned before the fence: the compiler would
       // otherwise sink its computation between the wgmmas, and ptxas then serializes the group
       // (warning C7513). Step j reads 32 bytes further along the 128-byte row.
-      const std::uint32_t act_desc_lo = desc_lo + static_cast<std::uint32_t>(stg) * (kActStageBytes >> 4);
+      const std::uint32_t act_desc_lo =
+          desc_lo + static_cast<std::uint32_t>(DEQUANT_ACT ? block : stg) * (kActStageBytes >> 4);
       std::uint64_t desc[kSteps];
 #pragma unroll
       for (int j = 0; j < kSteps; ++j) {
@@ -410,8 +427,8 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
     };
     // The next K block of the current tile at the ring position (stage, phase); `release`: the
     // block kInFlight before it belongs to this tile.
-    auto consume = [&](bool release, auto buffer, auto& acc) {
-      issue_block(stage, buffer, acc);
+    auto consume = [&](bool release, int block, auto buffer, auto& acc) {
+      issue_block(stage, block, buffer, acc);
       // The block kInFlight before is complete: its stage goes back to the producer and its
       // fragment buffer is free for the block after.
       ptx::wgmma_wait<kInFlight>();
@@ -425,13 +442,63 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
     };
     // The same at a constant ring stage S (the ring-unrolled loop; the phase flips after the
     // ring's last stage).
-    auto consume_at = [&](bool release, auto stage_constant, auto& acc) {
+    auto consume_at = [&](bool release, int block, auto stage_constant, auto& acc) {
       constexpr int S = decltype(stage_constant)::value;
-      issue_block(S, std::integral_constant<int, S % kBuffers>{}, acc);
+      issue_block(S, block, std::integral_constant<int, S % kBuffers>{}, acc);
       ptx::wgmma_wait<kInFlight>();
       if (release && lane == 0) ptx::mbarrier_arrive(empty_bar((S + STAGES - kInFlight) % STAGES));
       if constexpr (S == STAGES - 1) phase ^= 1u;
     };
+    if constexpr (DEQUANT_ACT) {
+      // The CTA's activations, all of its K range, dequantized into resident tiles laid out as the
+      // tensor copy would have written them (row r's 16-byte chunk c at chunk c ^ (r % 8) of its
+      // 128-byte row; rows beyond M zero) while the first weight copies are in flight. A work item
+      // is 16 bytes of one row's codes (32 values: half a K block, chunks 4h .. 4h + 3) and their two
+      // scale bytes; consecutive threads take consecutive items of a row, kBatch loads in flight
+      // before the first is used. The previous kernel may have written them (programmatic launch).
+      cuda::wait_for_previous_grid();
+      const int row0 = unit_at(first_unit).row0;
+      const int row_items = 2 * iters, items = BM * row_items;
+      const std::int64_t code_row = static_cast<std::int64_t>(k_blocks) * (kBlockK / 2);
+      const std::int64_t scale_row = static_cast<std::int64_t>(k_blocks) * (kBlockK / kBlockSize);
+      const int thread = warpgroup * 128 + tid;
+      constexpr int kBatch = 8;
+      for (int i0 = thread; i0 < items; i0 += kBatch * kConsumerThreads) {
+        uint4 codes[kBatch];
+        std::uint32_t scales[kBatch];
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+          const int i = i0 + j * kConsumerThreads, gm = row0 + i / row_items;
+          codes[j] = make_uint4(0u, 0u, 0u, 0u);
+          scales[j] = 0u;  // zero codes and scales dequantize to zeros
+          if (i < items && gm < m) {
+            const std::int64_t half = 2 * kr.begin + i % row_items;  // in the row, in units of 32 values
+            codes[j] = __ldg(reinterpret_cast<const uint4*>(act_codes + gm * code_row + half * 16));
+            scales[j] = __ldg(reinterpret_cast<const unsigned short*>(act_scales + gm * scale_row + half * 2));
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+          const int i = i0 + j * kConsumerThreads;
+          if (i < items) {
+            const int r = i / row_items, h = i % row_items;
+            const std::uint32_t row_addr = act_smem + static_cast<std::uint32_t>((h / 2) * kActStageBytes + r * 128);
+            const std::uint32_t word[4] = {codes[j].x, codes[j].y, codes[j].z, codes[j].w};
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+              const std::uint32_t scale = e4m3_to_bf16x2(q < 2 ? scales[j] & 0xFFu : scales[j] >> 8);
+              std::uint32_t v[4];
+              dequant_e2m1x8_bf16(word[q], scale, scale, v);
+              const std::uint32_t chunk = static_cast<std::uint32_t>(4 * (h % 2) + q);
+              ptx::st_shared_v4_u32(row_addr + ((chunk ^ static_cast<std::uint32_t>(r & 7)) << 4), v[0], v[1], v[2],
+                                    v[3]);
+            }
+          }
+        }
+      }
+      ptx::fence_proxy_async();  // generic writes, read by the wgmmas through the async proxy
+      ptx::named_barrier(1, kConsumerThreads);
+    }
     std::uint32_t c_first_data = 0;  // 32-bit SM clock: wraps after seconds, not microseconds
     if (timeline != nullptr && threadIdx.x == 0) {
       if (iters > 0 && first_unit < units) ptx::mbarrier_wait(full_bar(0), 0);
@@ -447,7 +514,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
       if constexpr (kUnrollRing) {
         for (; it + STAGES <= iters; it += STAGES) {
           [&]<int... U>(std::integer_sequence<int, U...>) {
-            (consume_at(it + U >= kInFlight, std::integral_constant<int, U>{}, acc), ...);
+            (consume_at(it + U >= kInFlight, it + U, std::integral_constant<int, U>{}, acc), ...);
           }(std::make_integer_sequence<int, STAGES>{});
         }
         // Back at stage 0; the blocks still in flight are the ring's last kInFlight stages.
@@ -458,12 +525,12 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
       }
       for (; it + kBuffers - 1 < iters; it += kBuffers) {
         [&]<int... U>(std::integer_sequence<int, U...>) {
-          (consume(it + U >= kInFlight, std::integral_constant<int, U>{}, acc), ...);
+          (consume(it + U >= kInFlight, it + U, std::integral_constant<int, U>{}, acc), ...);
         }(std::make_integer_sequence<int, kBuffers>{});
       }
       // At most kBuffers - 1 blocks left.
       [&]<int... U>(std::integer_sequence<int, U...>) {
-        ((it + U < iters ? consume(it + U >= kInFlight, std::integral_constant<int, U>{}, acc) : void()), ...);
+        ((it + U < iters ? consume(it + U >= kInFlight, it + U, std::integral_constant<int, U>{}, acc) : void()), ...);
       }(std::make_integer_sequence<int, kBuffers - 1>{});
     };
     // Split-K through the workspace (SplitReduction::workspace), called by the 256 consumer
@@ -756,12 +823,21 @@ __global__ void dequantize_bf16_kernel(const std::uint8_t* __restrict__ codes, c
 }
 
 using KernelFn = void (*)(CUtensorMap, CUtensorMap, CUtensorMap, int, const std::uint8_t*, void*, OutputType, int, int,
-                          int, int, float, std::uint64_t*, CUtensorMap, CUtensorMap, int, int, std::uint8_t*);
+                          int, int, float, std::uint64_t*, CUtensorMap, CUtensorMap, int, int, std::uint8_t*,
+                          const std::uint8_t*, const std::uint8_t*);
 
-KernelFn kernel_for(const TileConfig& c) {
+// `dequant_act`: the instantiation taking NVFP4 activations (TileConfig::dequantizes_activations).
+KernelFn kernel_for(const TileConfig& c, bool dequant_act = false) {
   auto is = [&](int block_m, int stages, bool persistent, int copy_group) {
     return c.block_m == block_m && c.stages == stages && c.persistent == persistent && c.copy_group == copy_group;
   };
+  if (dequant_act) {
+    if (is(64, 12, false, 1)) return prefill_gemm_kernel<64, 12, false, 1, true>;
+    if (is(32, 12, false, 4)) return prefill_gemm_kernel<32, 12, false, 4, true>;
+    if (is(16, 12, false, 4)) return prefill_gemm_kernel<16, 12, false, 4, true>;
+    if (is(64, 12, false, 4)) return prefill_gemm_kernel<64, 12, false, 4, true>;
+    throw InvalidArgument("no prefill kernel dequantizing NVFP4 activations compiled for " + c.name());
+  }
   if (is(256, 6, false, 1)) return prefill_gemm_kernel<256, 6, false, 1>;
   if (is(192, 6, false, 1)) return prefill_gemm_kernel<192, 6, false, 1>;
   if (is(128, 9, false, 1)) return prefill_gemm_kernel<128, 9, false, 1>;
@@ -775,18 +851,33 @@ KernelFn kernel_for(const TileConfig& c) {
   throw InvalidArgument("no prefill kernel compiled for " + c.name() + " (see prefill_tile_configs())");
 }
 
+// The device's opt-in shared memory per block (the current device; asked once per process).
+std::int64_t smem_per_block_optin() {
+  static const std::int64_t bytes = [] {
+    int dev = 0, v = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    return static_cast<std::int64_t>(v);
+  }();
+  return bytes;
+}
+
 // Raises the kernel's dynamic shared-memory limit once per process (not a stream operation, so
-// it must not first happen inside a graph capture: the runners call it when they prepare).
+// it must not first happen inside a graph capture: the runners call it when they prepare). The
+// instantiations dequantizing activations get the device's limit: their need depends on the plan
+// (activation_dequant_smem_bytes).
 void ensure_smem_attribute(const TileConfig& c) {
   static std::mutex mutex;
   static std::vector<KernelFn> done;
-  const KernelFn fn = kernel_for(c);
   std::lock_guard<std::mutex> lock(mutex);
-  for (KernelFn d : done) {
-    if (d == fn) return;
+  for (const bool dequant_act : {false, true}) {
+    if (dequant_act && !c.dequantizes_activations()) continue;
+    const KernelFn fn = kernel_for(c, dequant_act);
+    if (std::find(done.begin(), done.end(), fn) != done.end()) continue;
+    const std::int64_t bytes = dequant_act ? smem_per_block_optin() : c.smem_bytes();
+    CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    done.push_back(fn);
   }
-  CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(c.smem_bytes())));
-  done.push_back(fn);
 }
 
 }  // namespace
@@ -966,17 +1057,13 @@ ActivationMaps make_activation_maps(const void* act_bf16, std::int64_t m, std::i
   return maps;
 }
 
-void launch_gemm(const Plan& plan, const ActivationMaps& act_maps, const std::uint8_t* packed, void* out,
-                 OutputType out_type, std::int64_t m, std::int64_t n, float alpha, cudaStream_t stream,
-                 std::uint64_t* timeline, bool programmatic, void* workspace) {
-  if (act_maps.block_m != plan.config.block_m || act_maps.copy_group != plan.config.copy_group || act_maps.m != m ||
-      ceil_div(act_maps.k, kBlockK) != plan.k_blocks) {
-    std::ostringstream os;
-    os << "activation maps of [" << act_maps.m << ", " << act_maps.k << "] for m" << act_maps.block_m << " tiles, "
-       << act_maps.copy_group << " K blocks per copy, do not fit " << plan.describe() << " at M = " << m
-       << " with " << plan.k_blocks << " K blocks";
-    throw InvalidArgument(os.str());
-  }
+namespace {
+
+// Launches the kernel for `plan` with its activations through the tensor maps (`maps`) or as NVFP4
+// that the kernel dequantizes (`nvfp4`), the other nullptr; the caller has checked them.
+void launch_kernel(const Plan& plan, const ActivationMaps* maps, const Nvfp4Activations* nvfp4,
+                   const std::uint8_t* packed, void* out, OutputType out_type, std::int64_t m, std::int64_t n,
+                   float alpha, cudaStream_t stream, std::uint64_t* timeline, bool programmatic, void* workspace) {
   if (plan.workspace_bytes() > 0 && workspace == nullptr) {
     throw InvalidArgument(plan.describe() + " needs a workspace of " + std::to_string(plan.workspace_bytes()) +
                           " bytes; none given");
@@ -986,7 +1073,8 @@ void launch_gemm(const Plan& plan, const ActivationMaps& act_maps, const std::ui
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(ctas));
   cfg.blockDim = dim3(static_cast<unsigned>(plan.config.threads()));
-  cfg.dynamicSmemBytes = static_cast<std::size_t>(plan.config.smem_bytes());
+  cfg.dynamicSmemBytes =
+      static_cast<std::size_t>(nvfp4 != nullptr ? activation_dequant_smem_bytes(plan) : plan.config.smem_bytes());
   cfg.stream = stream;
   cudaLaunchAttribute attrs[2]{};
   attrs[0].id = cudaLaunchAttributeClusterDimension;
@@ -1009,11 +1097,51 @@ void launch_gemm(const Plan& plan, const ActivationMaps& act_maps, const std::ui
   // Only a persistent CTA runs half tiles (persistent_schedule).
   const CUtensorMap out_half_map =
       tma_store && plan.config.persistent ? make_output_map(out, out_type, m, n, block_m / 2) : CUtensorMap{};
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel_for(plan.config), act_maps.tile, act_maps.half_tile, act_maps.group,
-                                act_maps.k % kBlockK != 0 ? 1 : 0, packed, out, out_type,
+  const ActivationMaps none{};
+  const ActivationMaps& am = maps != nullptr ? *maps : none;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel_for(plan.config, nvfp4 != nullptr), am.tile, am.half_tile, am.group,
+                                am.k % kBlockK != 0 ? 1 : 0, packed, out, out_type,
                                 static_cast<int>(m), static_cast<int>(n), static_cast<int>(plan.k_blocks), plan.split_k,
                                 kernel_alpha, timeline, out_map, out_half_map, tma_store ? 1 : 0, programmatic ? 1 : 0,
-                                plan.workspace_bytes() > 0 ? static_cast<std::uint8_t*>(workspace) : nullptr));
+                                plan.workspace_bytes() > 0 ? static_cast<std::uint8_t*>(workspace) : nullptr,
+                                nvfp4 != nullptr ? nvfp4->codes : nullptr, nvfp4 != nullptr ? nvfp4->scales : nullptr));
+}
+
+}  // namespace
+
+void launch_gemm(const Plan& plan, const ActivationMaps& act_maps, const std::uint8_t* packed, void* out,
+                 OutputType out_type, std::int64_t m, std::int64_t n, float alpha, cudaStream_t stream,
+                 std::uint64_t* timeline, bool programmatic, void* workspace) {
+  if (act_maps.block_m != plan.config.block_m || act_maps.copy_group != plan.config.copy_group || act_maps.m != m ||
+      ceil_div(act_maps.k, kBlockK) != plan.k_blocks) {
+    std::ostringstream os;
+    os << "activation maps of [" << act_maps.m << ", " << act_maps.k << "] for m" << act_maps.block_m << " tiles, "
+       << act_maps.copy_group << " K blocks per copy, do not fit " << plan.describe() << " at M = " << m
+       << " with " << plan.k_blocks << " K blocks";
+    throw InvalidArgument(os.str());
+  }
+  launch_kernel(plan, &act_maps, nullptr, packed, out, out_type, m, n, alpha, stream, timeline, programmatic,
+                workspace);
+}
+
+void launch_gemm(const Plan& plan, const Nvfp4Activations& act, const std::uint8_t* packed, void* out,
+                 OutputType out_type, std::int64_t m, std::int64_t n, float alpha, cudaStream_t stream,
+                 std::uint64_t* timeline, bool programmatic, void* workspace) {
+  const Status can = check_activation_dequant_in_kernel(plan, act.k, smem_per_block_optin());
+  if (!can.is_ok()) throw InvalidArgument(can.reason);
+  std::ostringstream os;
+  if (act.m != m || ceil_div(act.k, kBlockK) != plan.k_blocks) {
+    os << "NVFP4 activations [" << act.m << ", " << act.k << "] do not fit " << plan.describe() << " at M = " << m
+       << " with " << plan.k_blocks << " K blocks";
+  } else if (reinterpret_cast<std::uintptr_t>(act.codes) % 16 != 0) {
+    os << "NVFP4 activation codes must be 16-byte aligned (the kernel's 16-byte loads): " << static_cast<const void*>(act.codes);
+  } else if (reinterpret_cast<std::uintptr_t>(act.scales) % 2 != 0) {
+    os << "NVFP4 activation scales must be 2-byte aligned (the kernel's 2-byte loads): " << static_cast<const void*>(act.scales);
+  } else {
+    launch_kernel(plan, nullptr, &act, packed, out, out_type, m, n, alpha, stream, timeline, programmatic, workspace);
+    return;
+  }
+  throw InvalidArgument(os.str());
 }
 
 void launch_dequantize_bf16(const std::uint8_t* codes, const std::uint8_t* scales, std::uint16_t* out,

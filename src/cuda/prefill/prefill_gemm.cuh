@@ -44,6 +44,16 @@ struct ActivationMaps {
 };
 ActivationMaps make_activation_maps(const void* act_bf16, std::int64_t m, std::int64_t k, const TileConfig& config);
 
+// NVFP4 activations for a launch that dequantizes them in the kernel (W4A4 without the separate
+// pass; check_activation_dequant_in_kernel says which plans can): row-major [m, k] E2M1 codes
+// (k / 2 bytes a row, 16-byte aligned) and LINEAR E4M3 block scales (k / 16 bytes a row, 2-byte
+// aligned), no global scale (alpha carries it).
+struct Nvfp4Activations {
+  const std::uint8_t* codes = nullptr;
+  const std::uint8_t* scales = nullptr;
+  std::int64_t m = 0, k = 0;
+};
+
 // Words per CTA of the optional timeline: %globaltimer (ns) at the CTA's start, when its first stage
 // had arrived, at the end of its main loop and at the end of its epilogue, then its SM id and the
 // SM clock cycles (32-bit clock) from the first stage's arrival to the end of the main loop.
@@ -66,6 +76,15 @@ inline constexpr int kTimelineArrivals = 16;
 // zero before the first launch (each launch leaves them zero); launches sharing one must be
 // ordered in one stream. Throws InvalidArgument when the plan needs one and none is given.
 void launch_gemm(const Plan& plan, const ActivationMaps& act_maps, const std::uint8_t* packed, void* out,
+                 OutputType out_type, std::int64_t m, std::int64_t n, float alpha, cudaStream_t stream,
+                 std::uint64_t* timeline = nullptr, bool programmatic = false, void* workspace = nullptr);
+
+// The same with NVFP4 activations that the kernel's consumer warpgroups dequantize into shared
+// memory (no tensor maps, no separate pass), with activation_dequant_smem_bytes(plan) of it. Throws
+// InvalidArgument naming the rule when the plan or K cannot (check_activation_dequant_in_kernel
+// against this device's shared memory) or the activations do not fit the plan or are misaligned.
+// Reads `act` only after the previous kernel has completed (programmatic launch).
+void launch_gemm(const Plan& plan, const Nvfp4Activations& act, const std::uint8_t* packed, void* out,
                  OutputType out_type, std::int64_t m, std::int64_t n, float alpha, cudaStream_t stream,
                  std::uint64_t* timeline = nullptr, bool programmatic = false, void* workspace = nullptr);
 

@@ -82,6 +82,11 @@ __device__ __forceinline__ uint4 ld_shared_v4_u32(std::uint32_t addr) {
                : "memory");
   return v;
 }
+__device__ __forceinline__ void st_shared_v4_u32(std::uint32_t addr, std::uint32_t a, std::uint32_t b, std::uint32_t c,
+                                                 std::uint32_t d) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+
 __device__ __forceinline__ uint2 ld_shared_v2_u32(std::uint32_t addr) {
   uint2 v;
   asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(addr) : "memory");

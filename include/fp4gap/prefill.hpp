@@ -208,6 +208,15 @@ std::int64_t activation_dequant_smem_bytes(const Plan& plan);
 // limit).
 Status check_activation_dequant_in_kernel(const Plan& plan, std::int64_t k, std::int64_t smem_per_block);
 
+// Whether the W4A4 backends take the in-kernel dequantization for `plan` where it is possible:
+// the consumers dequantize block_m x ceil(k_blocks / split_k) x 64 activations before their first
+// K block (~5 instructions per value), which the first weight copies hide only when few. PERF-LOG
+// run 65 (H200, against the separate pass in the same run): m16 with 12 K blocks per CTA (192
+// row-blocks) 1.2-1.4 us faster; every plan from 256 row-blocks 0.4-2.1 us slower (but one point
+// within noise).
+inline constexpr std::int64_t kActivationDequantMaxRowBlocks = 192;
+bool prefers_activation_dequant_in_kernel(const Plan& plan);
+
 // A plan for an explicit configuration and split (tests and the tuner); throws InvalidArgument
 // when split_k is outside [1, kMaxSplitK], or above 1 for a persistent config.
 Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, const TileConfig& config, int split_k,

@@ -1,8 +1,8 @@
 // The Hopper prefill backends (src/cuda/prefill):
 //   fp4gap-prefill-w4a16  bf16 activations x NVFP4 weight, wgmma with the weight dequantized in registers
-//   fp4gap-prefill-w4a4   NVFP4 activations x NVFP4 weight: the tiles of at most 64 rows dequantize the
-//                         activations in the kernel where they fit its shared memory, the others read
-//                         a bf16 workspace that a separate pass fills each run
+//   fp4gap-prefill-w4a4   NVFP4 activations x NVFP4 weight: the narrow tiles dequantize the activations
+//                         in the kernel where a CTA has few of them (prefers_activation_dequant_in_kernel),
+//                         the others read a bf16 workspace that a separate pass fills each run
 // Both are exact: every NVFP4 value is a bf16, so only the fp32 accumulation order differs from
 // the reference.
 #include <climits>
@@ -62,9 +62,10 @@ class PrefillRunner final : public GemmRunner {
         CUDA_CHECK(cudaMemcpy(a_scales_.get() + a_scale_bytes_ * static_cast<std::size_t>(s), act_fp4_.scales.data(),
                               act_fp4_.scales.size(), cudaMemcpyHostToDevice));
       }
-      dequant_in_kernel_ =
-          prefill::check_activation_dequant_in_kernel(plan_, p_.k, device.smem_per_block_optin).is_ok();
+      dequant_in_kernel_ = prefill::prefers_activation_dequant_in_kernel(plan_) &&
+                           prefill::check_activation_dequant_on_device(plan_, p_.k).is_ok();
       if (!dequant_in_kernel_) {
+        if (plan_.split_k > 1 && plan_.reduction == prefill::SplitReduction::workspace) plan_ = choose_clustered(device);
         workspace_ = DeviceBuffer<std::uint16_t>(static_cast<std::size_t>(p_.m * p_.k));
         maps_.push_back(prefill::make_activation_maps(workspace_.get(), p_.m, p_.k, plan_.config));
       }
@@ -176,6 +177,19 @@ class PrefillRunner final : public GemmRunner {
   prefill::Plan choose(const DeviceContext& device) const {
     return prefill::choose_plan(p_.m, p_.n, p_.k, device, prefill::concurrent_ctas);
   }
+  // The best plan without a workspace reduction, for the GEMM behind the activation pass: a
+  // workspace plan's CTAs (one per SM, up to all 132) leave the pass, launched behind the previous
+  // GEMM, no SM until that GEMM's CTAs exit. Run 66 (H200) measured them 2.6 us (seed shape,
+  // M = 32) and 1.4-1.5 us (W13, M = 48-64) slower there than the cluster plans chosen before.
+  prefill::Plan choose_clustered(const DeviceContext& device) const {
+    std::vector<prefill::PlanCandidate> candidates =
+        prefill::plan_candidates(p_.m, p_.n, p_.k, device, prefill::concurrent_ctas);
+    std::erase_if(candidates, [](const prefill::PlanCandidate& c) {
+      return c.split_k > 1 && c.reduction == prefill::SplitReduction::workspace;
+    });
+    const prefill::PlanCandidate* best = prefill::best_candidate(candidates);
+    return best != nullptr ? best->plan : plan_;
+  }
 
   GemmProblem p_;
   int sets_;
@@ -199,8 +213,8 @@ class PrefillBackend final : public GemmBackend {
 
   std::string_view name() const override { return w4a4_ ? "fp4gap-prefill-w4a4" : "fp4gap-prefill-w4a16"; }
   std::string_view description() const override {
-    return w4a4_ ? "Hopper wgmma NVFP4 x NVFP4 (exact): the W4A16 kernel, its tiles of at most 64 rows "
-                   "dequantizing the activations themselves, the others behind a separate bf16 pass"
+    return w4a4_ ? "Hopper wgmma NVFP4 x NVFP4 (exact): the W4A16 kernel, its narrow tiles dequantizing few "
+                   "activations per CTA themselves, the others behind a separate bf16 pass"
                  : "Hopper wgmma bf16 x NVFP4 (exact): TMA stage ring, weight dequantized into wgmma register "
                    "fragments, producer/consumer warpgroups, split-K in a cluster or a workspace";
   }

@@ -131,6 +131,10 @@ Status check_activation_dequant_in_kernel(const Plan& plan, std::int64_t k, std:
   return Status::not_supported(os.str());
 }
 
+bool prefers_activation_dequant_in_kernel(const Plan& plan) {
+  return plan.config.block_m * ceil_div(plan.k_blocks, plan.split_k) <= kActivationDequantMaxRowBlocks;
+}
+
 std::string Plan::describe() const {
   std::ostringstream os;
   os << config.name() << ", split-k " << split_k;

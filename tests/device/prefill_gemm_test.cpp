@@ -278,7 +278,7 @@ TEST(PrefillKernel, ActivationsDequantizedInTheKernelEqualTheSeparatePass) {
               s.m, s.n, s.k, c, std::abs(split),
               split < 0 ? prefill::SplitReduction::workspace : prefill::SplitReduction::cluster);
           SCOPED_TRACE(repro("w4a4, activations dequantized in the kernel, " + plan.describe() + ", " + p.label(), seed));
-          const Status can = prefill::check_activation_dequant_in_kernel(plan, s.k, gpu().smem_per_block_optin);
+          const Status can = prefill::check_activation_dequant_on_device(plan, s.k);
           ASSERT_TRUE(can.is_ok()) << can.reason;
           cuda::DeviceBuffer<std::uint8_t> workspace(static_cast<std::size_t>(plan.workspace_bytes()));
           workspace.fill_bytes(0);

@@ -240,7 +240,7 @@ TEST(PrefillKernel, ProgrammaticActivationPassWaitsForThePreviousKernel) {
     for (const bool in_kernel : {false, true}) {
       if (in_kernel && !c.dequantizes_activations()) continue;
       prefill::Plan plan = prefill::make_plan(m, n, k, c, 1);
-      if (in_kernel && !prefill::check_activation_dequant_in_kernel(plan, k, test::gpu().smem_per_block_optin).is_ok()) {
+      if (in_kernel && !prefill::check_activation_dequant_on_device(plan, k).is_ok()) {
         plan = prefill::make_plan(m, n, k, c, 4);
       }
       const prefill::ActivationMaps map = prefill::make_activation_maps(a_bf16.get(), m, k, c);

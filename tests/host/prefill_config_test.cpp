@@ -132,6 +132,16 @@ TEST(PrefillConfig, ActivationDequantInTheKernelNeedsANarrowTileWholeKBlocksAndS
   EXPECT_TRUE(check_activation_dequant_in_kernel(make_plan(64, 128, 64, TileConfig{64, 12}, 1), 64, h200_smem).is_ok());
 }
 
+// The backends take the in-kernel dequantization only where run 65 measured it faster: m16 with 12
+// K blocks per CTA (the seed shape's split 8), not 16 (W2's split 2) or m32 with 12.
+TEST(PrefillConfig, ActivationDequantInTheKernelIsPreferredForFewValuesPerCta) {
+  const TileConfig m16{16, 12, false, 4}, m32{32, 12, false, 4};
+  EXPECT_TRUE(prefers_activation_dequant_in_kernel(make_plan(16, 2048, 6144, m16, 8)));
+  EXPECT_FALSE(prefers_activation_dequant_in_kernel(make_plan(16, 6144, 2048, m16, 2)));
+  EXPECT_FALSE(prefers_activation_dequant_in_kernel(make_plan(32, 2048, 6144, m32, 8)));
+  EXPECT_TRUE(prefers_activation_dequant_in_kernel(make_plan(16, 128, 64 * 11 + 1, m16, 1)));  // 12 K blocks
+}
+
 TEST(PrefillConfig, SplitRangesPartitionTheKBlocks) {
   for (std::int64_t kb = 1; kb <= 50; ++kb) {
     for (int split = 1; split <= kMaxSplitK; ++split) {

@@ -862,10 +862,18 @@ std::int64_t smem_per_block_optin() {
   return bytes;
 }
 
+// Dynamic shared memory the instantiation of `c` that dequantizes activations may request: the
+// device's opt-in limit less the kernel's static shared memory (its barriers and flags).
+std::int64_t dequant_kernel_smem_limit(const TileConfig& c) {
+  cudaFuncAttributes attr{};
+  CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel_for(c, true)));
+  return smem_per_block_optin() - static_cast<std::int64_t>(attr.sharedSizeBytes);
+}
+
 // Raises the kernel's dynamic shared-memory limit once per process (not a stream operation, so
 // it must not first happen inside a graph capture: the runners call it when they prepare). The
-// instantiations dequantizing activations get the device's limit: their need depends on the plan
-// (activation_dequant_smem_bytes).
+// instantiations dequantizing activations get all the device allows: their need depends on the
+// plan (activation_dequant_smem_bytes).
 void ensure_smem_attribute(const TileConfig& c) {
   static std::mutex mutex;
   static std::vector<KernelFn> done;
@@ -874,7 +882,7 @@ void ensure_smem_attribute(const TileConfig& c) {
     if (dequant_act && !c.dequantizes_activations()) continue;
     const KernelFn fn = kernel_for(c, dequant_act);
     if (std::find(done.begin(), done.end(), fn) != done.end()) continue;
-    const std::int64_t bytes = dequant_act ? smem_per_block_optin() : c.smem_bytes();
+    const std::int64_t bytes = dequant_act ? dequant_kernel_smem_limit(c) : c.smem_bytes();
     CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
     done.push_back(fn);
   }
@@ -1124,10 +1132,15 @@ void launch_gemm(const Plan& plan, const ActivationMaps& act_maps, const std::ui
                 workspace);
 }
 
+Status check_activation_dequant_on_device(const Plan& plan, std::int64_t k) {
+  const std::int64_t limit = plan.config.dequantizes_activations() ? dequant_kernel_smem_limit(plan.config) : 0;
+  return check_activation_dequant_in_kernel(plan, k, limit);
+}
+
 void launch_gemm(const Plan& plan, const Nvfp4Activations& act, const std::uint8_t* packed, void* out,
                  OutputType out_type, std::int64_t m, std::int64_t n, float alpha, cudaStream_t stream,
                  std::uint64_t* timeline, bool programmatic, void* workspace) {
-  const Status can = check_activation_dequant_in_kernel(plan, act.k, smem_per_block_optin());
+  const Status can = check_activation_dequant_on_device(plan, act.k);
   if (!can.is_ok()) throw InvalidArgument(can.reason);
   std::ostringstream os;
   if (act.m != m || ceil_div(act.k, kBlockK) != plan.k_blocks) {

@@ -79,10 +79,14 @@ void launch_gemm(const Plan& plan, const ActivationMaps& act_maps, const std::ui
                  OutputType out_type, std::int64_t m, std::int64_t n, float alpha, cudaStream_t stream,
                  std::uint64_t* timeline = nullptr, bool programmatic = false, void* workspace = nullptr);
 
+// check_activation_dequant_in_kernel against what the kernel may request on the current device
+// (the opt-in limit less its static shared memory).
+Status check_activation_dequant_on_device(const Plan& plan, std::int64_t k);
+
 // The same with NVFP4 activations that the kernel's consumer warpgroups dequantize into shared
 // memory (no tensor maps, no separate pass), with activation_dequant_smem_bytes(plan) of it. Throws
-// InvalidArgument naming the rule when the plan or K cannot (check_activation_dequant_in_kernel
-// against this device's shared memory) or the activations do not fit the plan or are misaligned.
+// InvalidArgument naming the rule when the plan or K cannot (check_activation_dequant_on_device)
+// or the activations do not fit the plan or are misaligned.
 // Reads `act` only after the previous kernel has completed (programmatic launch).
 void launch_gemm(const Plan& plan, const Nvfp4Activations& act, const std::uint8_t* packed, void* out,
                  OutputType out_type, std::int64_t m, std::int64_t n, float alpha, cudaStream_t stream,

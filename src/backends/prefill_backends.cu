@@ -51,17 +51,17 @@ class PrefillRunner final : public GemmRunner {
 
     if (w4a4_) {
       act_fp4_ = with_layout(in.a_fp4, ScaleLayout::linear);  // both dequantizations read linear scales
-      // Each set's codes start 16-byte aligned (the kernel's code loads), its scales 2-byte aligned.
-      a_code_bytes_ = (act_fp4_.codes.size() + 15) / 16 * 16;
-      a_scale_bytes_ = (act_fp4_.scales.size() + 15) / 16 * 16;
-      a_codes_ = DeviceBuffer<std::uint8_t>(a_code_bytes_ * static_cast<std::size_t>(sets));
-      a_scales_ = DeviceBuffer<std::uint8_t>(a_scale_bytes_ * static_cast<std::size_t>(sets));
-      for (int s = 0; s < sets; ++s) {
-        CUDA_CHECK(cudaMemcpy(a_codes_.get() + a_code_bytes_ * static_cast<std::size_t>(s), act_fp4_.codes.data(),
-                              act_fp4_.codes.size(), cudaMemcpyHostToDevice));
-        CUDA_CHECK(cudaMemcpy(a_scales_.get() + a_scale_bytes_ * static_cast<std::size_t>(s), act_fp4_.scales.data(),
-                              act_fp4_.scales.size(), cudaMemcpyHostToDevice));
-      }
+      // Each set's codes start 16-byte aligned (the kernel's code loads), its scales 2-byte aligned:
+      // both padded to 16-byte multiples.
+      auto padded = [](std::vector<std::uint8_t> bytes) {
+        bytes.resize((bytes.size() + 15) / 16 * 16);
+        return bytes;
+      };
+      const std::vector<std::uint8_t> codes = padded(act_fp4_.codes), scales = padded(act_fp4_.scales);
+      a_code_bytes_ = codes.size();
+      a_scale_bytes_ = scales.size();
+      a_codes_ = upload_sets(codes.data(), a_code_bytes_, sets);
+      a_scales_ = upload_sets(scales.data(), a_scale_bytes_, sets);
       dequant_in_kernel_ = prefill::prefers_activation_dequant_in_kernel(plan_) &&
                            prefill::check_activation_dequant_on_device(plan_, p_.k).is_ok();
       if (!dequant_in_kernel_) {

@@ -484,11 +484,12 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
             const int r = i / row_items, h = i % row_items;
             const std::uint32_t row_addr = act_smem + static_cast<std::uint32_t>((h / 2) * kActStageBytes + r * 128);
             const std::uint32_t word[4] = {codes[j].x, codes[j].y, codes[j].z, codes[j].w};
+            // Words 0-1 are the first 16 values (scale byte 0), words 2-3 the next 16 (byte 1).
+            const std::uint32_t scale[2] = {e4m3_to_bf16x2(scales[j] & 0xFFu), e4m3_to_bf16x2(scales[j] >> 8)};
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
-              const std::uint32_t scale = e4m3_to_bf16x2(q < 2 ? scales[j] & 0xFFu : scales[j] >> 8);
               std::uint32_t v[4];
-              dequant_e2m1x8_bf16(word[q], scale, scale, v);
+              dequant_e2m1x8_bf16(word[q], scale[q / 2], scale[q / 2], v);
               const std::uint32_t chunk = static_cast<std::uint32_t>(4 * (h % 2) + q);
               ptx::st_shared_v4_u32(row_addr + ((chunk ^ static_cast<std::uint32_t>(r & 7)) << 4), v[0], v[1], v[2],
                                     v[3]);
@@ -851,23 +852,31 @@ KernelFn kernel_for(const TileConfig& c, bool dequant_act = false) {
   throw InvalidArgument("no prefill kernel compiled for " + c.name() + " (see prefill_tile_configs())");
 }
 
-// The device's opt-in shared memory per block (the current device; asked once per process).
-std::int64_t smem_per_block_optin() {
-  static const std::int64_t bytes = [] {
-    int dev = 0, v = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    return static_cast<std::int64_t>(v);
-  }();
-  return bytes;
-}
-
-// Dynamic shared memory the instantiation of `c` that dequantizes activations may request: the
-// device's opt-in limit less the kernel's static shared memory (its barriers and flags).
+// Dynamic shared memory the instantiation of `c` that dequantizes activations may request on the
+// current device: its opt-in limit less the kernel's static shared memory (its barriers and
+// flags). Asked once per device and kernel: every launch checks against it.
 std::int64_t dequant_kernel_smem_limit(const TileConfig& c) {
+  struct Entry {
+    int dev;
+    KernelFn fn;
+    std::int64_t bytes;
+  };
+  static std::mutex mutex;
+  static std::vector<Entry> cache;
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  const KernelFn fn = kernel_for(c, true);
+  std::lock_guard<std::mutex> lock(mutex);
+  for (const Entry& e : cache) {
+    if (e.dev == dev && e.fn == fn) return e.bytes;
+  }
+  int optin = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   cudaFuncAttributes attr{};
-  CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel_for(c, true)));
-  return smem_per_block_optin() - static_cast<std::int64_t>(attr.sharedSizeBytes);
+  CUDA_CHECK(cudaFuncGetAttributes(&attr, fn));
+  const std::int64_t bytes = static_cast<std::int64_t>(optin) - static_cast<std::int64_t>(attr.sharedSizeBytes);
+  cache.push_back({dev, fn, bytes});
+  return bytes;
 }
 
 // Raises the kernel's dynamic shared-memory limit once per process (not a stream operation, so

@@ -62,8 +62,7 @@ class PrefillRunner final : public GemmRunner {
       a_scale_bytes_ = scales.size();
       a_codes_ = upload_sets(codes.data(), a_code_bytes_, sets);
       a_scales_ = upload_sets(scales.data(), a_scale_bytes_, sets);
-      dequant_in_kernel_ = prefill::prefers_activation_dequant_in_kernel(plan_) &&
-                           prefill::check_activation_dequant_on_device(plan_, p_.k).is_ok();
+      dequant_in_kernel_ = prefill::w4a4_dequantizes_in_kernel(plan_, p_.k);
       if (!dequant_in_kernel_) {
         if (plan_.split_k > 1 && plan_.reduction == prefill::SplitReduction::workspace) plan_ = choose_clustered(device);
         workspace_ = DeviceBuffer<std::uint16_t>(static_cast<std::size_t>(p_.m * p_.k));

@@ -45,8 +45,15 @@ void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& 
     if (s.m > decode_max_m) return std::string(backend) + " takes *";
     return std::string(backend) + " takes the decode kernel (M <= " + std::to_string(decode_max_m) + ")";
   };
+  // W4A4's boundary depends on whether the chosen plan dequantizes the activations in the kernel
+  // (the device also checks the kernel's own shared-memory limit, a few hundred bytes lower).
+  const bool w4a4_in_kernel =
+      prefill::prefers_activation_dequant_in_kernel(chosen) &&
+      prefill::check_activation_dequant_in_kernel(chosen, s.k, device.smem_per_block_optin).is_ok();
   out << "\n" << (shape.shape_name.empty() ? "" : shape.shape_name + " ") << "m" << s.m << " n" << s.n << " k" << s.k << ": "
-      << dispatched("fp4gap-w4a16", kW4A16DecodeMaxM) << ", " << dispatched("fp4gap-w4a4", kW4A4DecodeMaxM)
+      << dispatched("fp4gap-w4a16", kW4A16DecodeMaxM) << ", "
+      << dispatched("fp4gap-w4a4", w4a4_decode_max_m(w4a4_in_kernel))
+      << (w4a4_in_kernel ? " (its prefill plan dequantizes the activations in the kernel)" : "")
       << "; fp4gap-prefill-* take *\n";
   if (s.m <= decode::kMaxM) {
     // The decode kernels' own policy (docs/KERNELS-decode.md), for the same shape, both maths.

@@ -1146,6 +1146,10 @@ Status check_activation_dequant_on_device(const Plan& plan, std::int64_t k) {
   return check_activation_dequant_in_kernel(plan, k, limit);
 }
 
+bool w4a4_dequantizes_in_kernel(const Plan& plan, std::int64_t k) {
+  return prefers_activation_dequant_in_kernel(plan) && check_activation_dequant_on_device(plan, k).is_ok();
+}
+
 void launch_gemm(const Plan& plan, const Nvfp4Activations& act, const std::uint8_t* packed, void* out,
                  OutputType out_type, std::int64_t m, std::int64_t n, float alpha, cudaStream_t stream,
                  std::uint64_t* timeline, bool programmatic, void* workspace) {

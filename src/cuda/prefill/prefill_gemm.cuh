@@ -83,6 +83,12 @@ void launch_gemm(const Plan& plan, const ActivationMaps& act_maps, const std::ui
 // (the opt-in limit less its static shared memory).
 Status check_activation_dequant_on_device(const Plan& plan, std::int64_t k);
 
+// Whether W4A4 on `plan` takes its activations dequantized in the kernel rather than behind the
+// separate pass: preferred there (prefers_activation_dequant_in_kernel) and possible on the current
+// device (check_activation_dequant_on_device). fp4gap-prefill-w4a4 and the fp4gap-w4a4 dispatch
+// follow it.
+bool w4a4_dequantizes_in_kernel(const Plan& plan, std::int64_t k);
+
 // The same with NVFP4 activations that the kernel's consumer warpgroups dequantize into shared
 // memory (no tensor maps, no separate pass), with activation_dequant_smem_bytes(plan) of it. Throws
 // InvalidArgument naming the rule when the plan or K cannot (check_activation_dequant_on_device)

@@ -23,7 +23,8 @@ inline constexpr std::int64_t kW4A4DecodeMaxM = 12;
 // W4A4 above M = 8 where the prefill kernel's plan dequantizes the activations in the kernel
 // (prefill::prefers_activation_dequant_in_kernel: no separate pass): PERF-LOG runs 65 and 68 timed
 // it faster than the decode kernel from M = 10 (seed shape 2048 x 6144: 8.74-8.81 us against
-// 9.50-9.63 at M = 10-14, run 68), slower at M = 8 (8.67 against 7.90). Behind the separate pass
+// 9.50-9.63 at M = 10-14, run 68), slower at M = 8 (8.67 against 7.90); through the dispatch (run
+// 69) M = 9 / 10 / 12 went 8.95 / 9.45 / 9.55 -> 8.66 / 8.73 / 8.78 us. Behind the separate pass
 // the decode kernel keeps M <= kW4A4DecodeMaxM.
 inline constexpr std::int64_t kW4A4DecodeMaxMBesideInKernelDequant = 8;
 constexpr std::int64_t w4a4_decode_max_m(bool prefill_dequantizes_in_kernel) {

@@ -217,6 +217,12 @@ Status check_activation_dequant_in_kernel(const Plan& plan, std::int64_t k, std:
 inline constexpr std::int64_t kActivationDequantMaxRowBlocks = 192;
 bool prefers_activation_dequant_in_kernel(const Plan& plan);
 
+// Whether W4A4 on `plan` takes its activations dequantized in the kernel rather than behind the
+// separate pass: preferred there and possible within `smem_per_block`. fp4gap-prefill-w4a4, the
+// fp4gap-w4a4 dispatch (both through prefill::w4a4_dequantizes_in_kernel with the kernel's own
+// limit) and `fp4gap plan` follow it.
+bool w4a4_dequantizes_in_kernel(const Plan& plan, std::int64_t k, std::int64_t smem_per_block);
+
 // A plan for an explicit configuration and split (tests and the tuner); throws InvalidArgument
 // when split_k is outside [1, kMaxSplitK], or above 1 for a persistent config.
 Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, const TileConfig& config, int split_k,

@@ -135,6 +135,10 @@ bool prefers_activation_dequant_in_kernel(const Plan& plan) {
   return plan.config.block_m * ceil_div(plan.k_blocks, plan.split_k) <= kActivationDequantMaxRowBlocks;
 }
 
+bool w4a4_dequantizes_in_kernel(const Plan& plan, std::int64_t k, std::int64_t smem_per_block) {
+  return prefers_activation_dequant_in_kernel(plan) && check_activation_dequant_in_kernel(plan, k, smem_per_block).is_ok();
+}
+
 std::string Plan::describe() const {
   std::ostringstream os;
   os << config.name() << ", split-k " << split_k;

@@ -140,6 +140,13 @@ TEST(PrefillConfig, ActivationDequantInTheKernelIsPreferredForFewValuesPerCta) {
   EXPECT_FALSE(prefers_activation_dequant_in_kernel(make_plan(16, 6144, 2048, m16, 2)));
   EXPECT_FALSE(prefers_activation_dequant_in_kernel(make_plan(32, 2048, 6144, m32, 8)));
   EXPECT_TRUE(prefers_activation_dequant_in_kernel(make_plan(16, 128, 64 * 11 + 1, m16, 1)));  // 12 K blocks
+  // W4A4 takes it where it is both preferred and possible.
+  const std::int64_t h200_smem = h200_context().smem_per_block_optin;
+  const Plan seed16 = make_plan(16, 2048, 6144, m16, 8);
+  EXPECT_TRUE(w4a4_dequantizes_in_kernel(seed16, 6144, h200_smem));
+  EXPECT_FALSE(w4a4_dequantizes_in_kernel(seed16, 6144, activation_dequant_smem_bytes(seed16) - 1));
+  EXPECT_FALSE(w4a4_dequantizes_in_kernel(make_plan(16, 6144, 2048, m16, 2), 2048, h200_smem));
+  EXPECT_FALSE(w4a4_dequantizes_in_kernel(make_plan(16, 128, 64 * 11 + 32, m16, 1), 64 * 11 + 32, h200_smem));
 }
 
 TEST(PrefillConfig, SplitRangesPartitionTheKBlocks) {

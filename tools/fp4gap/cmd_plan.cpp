@@ -47,9 +47,7 @@ void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& 
   };
   // W4A4's boundary depends on whether the chosen plan dequantizes the activations in the kernel
   // (the device also checks the kernel's own shared-memory limit, a few hundred bytes lower).
-  const bool w4a4_in_kernel =
-      prefill::prefers_activation_dequant_in_kernel(chosen) &&
-      prefill::check_activation_dequant_in_kernel(chosen, s.k, device.smem_per_block_optin).is_ok();
+  const bool w4a4_in_kernel = prefill::w4a4_dequantizes_in_kernel(chosen, s.k, device.smem_per_block_optin);
   out << "\n" << (shape.shape_name.empty() ? "" : shape.shape_name + " ") << "m" << s.m << " n" << s.n << " k" << s.k << ": "
       << dispatched("fp4gap-w4a16", kW4A16DecodeMaxM) << ", "
       << dispatched("fp4gap-w4a4", w4a4_decode_max_m(w4a4_in_kernel))

@@ -1141,13 +1141,22 @@ void launch_gemm(const Plan& plan, const ActivationMaps& act_maps, const std::ui
                 workspace);
 }
 
+namespace {
+
+// What a dequantizing launch of `plan` may request on the current device (0 where no such kernel
+// exists: check_activation_dequant_in_kernel names the tile rule first).
+std::int64_t activation_dequant_limit(const Plan& plan) {
+  return plan.config.dequantizes_activations() ? dequant_kernel_smem_limit(plan.config) : 0;
+}
+
+}  // namespace
+
 Status check_activation_dequant_on_device(const Plan& plan, std::int64_t k) {
-  const std::int64_t limit = plan.config.dequantizes_activations() ? dequant_kernel_smem_limit(plan.config) : 0;
-  return check_activation_dequant_in_kernel(plan, k, limit);
+  return check_activation_dequant_in_kernel(plan, k, activation_dequant_limit(plan));
 }
 
 bool w4a4_dequantizes_in_kernel(const Plan& plan, std::int64_t k) {
-  return prefers_activation_dequant_in_kernel(plan) && check_activation_dequant_on_device(plan, k).is_ok();
+  return w4a4_dequantizes_in_kernel(plan, k, activation_dequant_limit(plan));
 }
 
 void launch_gemm(const Plan& plan, const Nvfp4Activations& act, const std::uint8_t* packed, void* out,

@@ -83,10 +83,8 @@ void launch_gemm(const Plan& plan, const ActivationMaps& act_maps, const std::ui
 // (the opt-in limit less its static shared memory).
 Status check_activation_dequant_on_device(const Plan& plan, std::int64_t k);
 
-// Whether W4A4 on `plan` takes its activations dequantized in the kernel rather than behind the
-// separate pass: preferred there (prefers_activation_dequant_in_kernel) and possible on the current
-// device (check_activation_dequant_on_device). fp4gap-prefill-w4a4 and the fp4gap-w4a4 dispatch
-// follow it.
+// prefill.hpp's w4a4_dequantizes_in_kernel against what the kernel may request on the current
+// device (as check_activation_dequant_on_device).
 bool w4a4_dequantizes_in_kernel(const Plan& plan, std::int64_t k);
 
 // The same with NVFP4 activations that the kernel's consumer warpgroups dequantize into shared

@@ -187,6 +187,17 @@ class Event {
   cudaEvent_t event_ = nullptr;
 };
 
+// Asks the driver for an SM split of L1 / shared memory with the most shared memory whenever
+// `kernel` runs. Kernels that follow each other on a stream (an activation pass, then the GEMM
+// that reads its output) otherwise get different splits, and an SM drains before it switches:
+// 3.5 us per launch of the W4A4 decode pass and kernel (PERF-LOG run 80). Not a stream
+// operation: call it when preparing, outside any graph capture.
+template <typename Kernel>
+void prefer_max_shared_carveout(Kernel* kernel) {
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  static_cast<int>(cudaSharedmemCarveoutMaxShared)));
+}
+
 // `sets` copies of `bytes` host bytes, back to back on the device: set s starts at s * bytes (the
 // rotating input sets of the timing harness). One upload, then device-to-device copies.
 inline DeviceBuffer<std::uint8_t> upload_sets(const void* host, std::size_t bytes, int sets) {

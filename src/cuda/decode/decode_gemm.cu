@@ -93,14 +93,21 @@ Kernel kernel_of(const Plan& plan) {
 
 void prepare_launch(const Plan& plan) {
   const std::int64_t smem = plan.config.smem_bytes(plan.math);
-  if (smem <= 48 * 1024) return;
   // Once per kernel: later launches (possibly inside a graph capture) make no attribute calls.
   static std::mutex mutex;
   static std::set<Kernel> raised;
+  static bool pass_raised = false;
   const Kernel kernel = kernel_of(plan);
   const std::lock_guard<std::mutex> lock(mutex);
+  if (!pass_raised) {
+    cuda::prefer_max_shared_carveout(device::dequantize_activations_kernel);
+    pass_raised = true;
+  }
   if (raised.count(kernel) != 0) return;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  if (smem > 48 * 1024) {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  }
+  cuda::prefer_max_shared_carveout(kernel);
   raised.insert(kernel);
 }
 

@@ -189,8 +189,8 @@ class Event {
 
 // Asks the driver for an SM split of L1 / shared memory with the most shared memory whenever
 // `kernel` runs. Kernels that follow each other on a stream (an activation pass, then the GEMM
-// that reads its output) otherwise get different splits, and an SM drains before it switches:
-// 3.5 us per launch of the W4A4 decode pass and kernel (PERF-LOG run 80). Not a stream
+// that reads its output) otherwise get different splits, and switching an SM's split between them
+// cost 3.5 us per launch of the W4A4 decode pass and kernel (PERF-LOG run 80). Not a stream
 // operation: call it when preparing, outside any graph capture.
 template <typename Kernel>
 void prefer_max_shared_carveout(Kernel* kernel) {

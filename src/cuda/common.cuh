@@ -187,13 +187,18 @@ class Event {
   cudaEvent_t event_ = nullptr;
 };
 
-// Asks the driver for an SM split of L1 / shared memory with the most shared memory whenever
-// `kernel` runs. Kernels that follow each other on a stream (an activation pass, then the GEMM
-// that reads its output) otherwise get different splits, and switching an SM's split between them
-// cost 3.5 us per launch of the W4A4 decode pass and kernel (PERF-LOG run 80). Not a stream
-// operation: call it when preparing, outside any graph capture.
+// Lets `kernel` request `dynamic_bytes` of dynamic shared memory (above the default 48 KB) and
+// asks the driver for the SM split of L1 / shared memory with the most shared memory whenever it
+// runs. Kernels that follow each other on a stream (an activation pass, then the GEMM that reads
+// its output) otherwise get different splits, and switching an SM's split between them cost 3.5
+// us per launch of the W4A4 decode pass and kernel (PERF-LOG run 80). Not a stream operation:
+// call it when preparing, outside any graph capture.
 template <typename Kernel>
-void prefer_max_shared_carveout(Kernel* kernel) {
+void set_shared_memory_attributes(Kernel* kernel, std::int64_t dynamic_bytes) {
+  if (dynamic_bytes > 48 * 1024) {
+    CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(dynamic_bytes)));
+  }
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                   static_cast<int>(cudaSharedmemCarveoutMaxShared)));
 }

@@ -100,14 +100,11 @@ void prepare_launch(const Plan& plan) {
   const Kernel kernel = kernel_of(plan);
   const std::lock_guard<std::mutex> lock(mutex);
   if (!pass_raised) {
-    cuda::prefer_max_shared_carveout(device::dequantize_activations_kernel);
+    cuda::set_shared_memory_attributes(device::dequantize_activations_kernel, 0);
     pass_raised = true;
   }
   if (raised.count(kernel) != 0) return;
-  if (smem > 48 * 1024) {
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  }
-  cuda::prefer_max_shared_carveout(kernel);
+  cuda::set_shared_memory_attributes(kernel, smem);
   raised.insert(kernel);
 }
 

@@ -889,7 +889,7 @@ void ensure_smem_attribute(const TileConfig& c) {
   static bool pass_done = false;
   std::lock_guard<std::mutex> lock(mutex);
   if (!pass_done) {
-    cuda::prefer_max_shared_carveout(dequantize_bf16_kernel);  // the W4A4 activation pass, before a GEMM
+    cuda::set_shared_memory_attributes(dequantize_bf16_kernel, 0);  // the W4A4 activation pass, before a GEMM
     pass_done = true;
   }
   for (const bool dequant_act : {false, true}) {
@@ -897,8 +897,7 @@ void ensure_smem_attribute(const TileConfig& c) {
     const KernelFn fn = kernel_for(c, dequant_act);
     if (std::find(done.begin(), done.end(), fn) != done.end()) continue;
     const std::int64_t bytes = dequant_act ? dequant_kernel_smem_limit(c) : c.smem_bytes();
-    CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-    cuda::prefer_max_shared_carveout(fn);
+    cuda::set_shared_memory_attributes(fn, bytes);
     done.push_back(fn);
   }
 }

@@ -223,6 +223,15 @@ bool prefers_activation_dequant_in_kernel(const Plan& plan);
 // limit) and `fp4gap plan` follow it.
 bool w4a4_dequantizes_in_kernel(const Plan& plan, std::int64_t k, std::int64_t smem_per_block);
 
+// The candidate the W4A4 backends run behind the separate activation pass (where
+// w4a4_dequantizes_in_kernel does not take the chosen plan): best_candidate without the workspace
+// split plans. Those hold one CTA per SM on up to every SM, so the pass, launched behind the
+// previous kernel, finds no free SM until that kernel's CTAs exit: on the H200 they were 0.3-1.5
+// us (W13, M = 16-64) and up to 2.7 us (seed shape, M = 24-32) slower there than the plans
+// without them (PERF-LOG runs 66 and 84, the latter after the carveout fix). nullptr when no
+// such candidate is ok.
+const PlanCandidate* best_candidate_behind_activation_pass(const std::vector<PlanCandidate>& candidates);
+
 // A plan for an explicit configuration and split (tests and the tuner); throws InvalidArgument
 // when split_k is outside [1, kMaxSplitK], or above 1 for a persistent config.
 Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, const TileConfig& config, int split_k,

@@ -176,17 +176,11 @@ class PrefillRunner final : public GemmRunner {
   prefill::Plan choose(const DeviceContext& device) const {
     return prefill::choose_plan(p_.m, p_.n, p_.k, device, prefill::concurrent_ctas);
   }
-  // The best plan without a workspace reduction, for the GEMM behind the activation pass: a
-  // workspace plan's CTAs (one per SM, up to all 132) leave the pass, launched behind the previous
-  // GEMM, no SM until that GEMM's CTAs exit. Run 66 (H200) measured them 2.6 us (seed shape,
-  // M = 32) and 1.4-1.5 us (W13, M = 48-64) slower there than the cluster plans chosen before.
+  // prefill::best_candidate_behind_activation_pass says why the pass's GEMM avoids workspace splits.
   prefill::Plan choose_clustered(const DeviceContext& device) const {
-    std::vector<prefill::PlanCandidate> candidates =
+    const std::vector<prefill::PlanCandidate> candidates =
         prefill::plan_candidates(p_.m, p_.n, p_.k, device, prefill::concurrent_ctas);
-    std::erase_if(candidates, [](const prefill::PlanCandidate& c) {
-      return c.split_k > 1 && c.reduction == prefill::SplitReduction::workspace;
-    });
-    const prefill::PlanCandidate* best = prefill::best_candidate(candidates);
+    const prefill::PlanCandidate* best = prefill::best_candidate_behind_activation_pass(candidates);
     return best != nullptr ? best->plan : plan_;
   }
 

@@ -326,13 +326,28 @@ std::vector<PlanCandidate> plan_candidates(std::int64_t m, std::int64_t n, std::
   return out;
 }
 
-const PlanCandidate* best_candidate(const std::vector<PlanCandidate>& candidates) {
+namespace {
+// The ok candidate that `allowed` admits with the smallest predicted time; strictly better only,
+// so ties keep the earlier candidate (tile_configs() order, smaller split).
+template <typename Allowed>
+const PlanCandidate* best_allowed(const std::vector<PlanCandidate>& candidates, Allowed allowed) {
   const PlanCandidate* best = nullptr;
   for (const PlanCandidate& c : candidates) {
-    // Strictly better only: ties keep the earlier candidate (tile_configs() order, smaller split).
-    if (c.status.is_ok() && (best == nullptr || c.predicted_us < best->predicted_us * (1.0 - 1e-9))) best = &c;
+    if (!c.status.is_ok() || !allowed(c)) continue;
+    if (best == nullptr || c.predicted_us < best->predicted_us * (1.0 - 1e-9)) best = &c;
   }
   return best;
+}
+}  // namespace
+
+const PlanCandidate* best_candidate(const std::vector<PlanCandidate>& candidates) {
+  return best_allowed(candidates, [](const PlanCandidate&) { return true; });
+}
+
+const PlanCandidate* best_candidate_behind_activation_pass(const std::vector<PlanCandidate>& candidates) {
+  return best_allowed(candidates, [](const PlanCandidate& c) {
+    return c.split_k == 1 || c.reduction != SplitReduction::workspace;
+  });
 }
 
 Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, const DeviceContext& device,

@@ -420,6 +420,34 @@ TEST(Cli, PlanSaysWhenAPersistentPlanHalvesItsLastWave) {
   EXPECT_FALSE(has(whole.out, "half tiles")) << whole.out;
 }
 
+TEST(Cli, PlanMarksTheW4a4PlanBehindTheActivationPass) {
+  // W13 at M = 16: the policy's pick is a workspace split (4); the W4A4 GEMM behind its activation
+  // pass takes the best plan without one, marked `+` (PERF-LOG runs 66, 84). The seed shape at
+  // M = 16 dequantizes the activations in the kernel: there W4A4 takes `*` too, and nothing is `+`.
+  const CliResult r = run_cli("plan --preset glm5 --m 16 --device 'H200 SXM'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "glm5.W13 m16 n4096 k6144: fp4gap-w4a16 takes *, fp4gap-w4a4 takes +; fp4gap-prefill-w4a16 "
+                         "takes *, fp4gap-prefill-w4a4 takes + (behind its activation pass: no workspace split)"))
+      << r.out;
+  EXPECT_TRUE(has(r.out, "glm5.seed m16 n2048 k6144: fp4gap-w4a16 takes *, fp4gap-w4a4 takes * (its prefill plan "
+                         "dequantizes the activations in the kernel); fp4gap-prefill-w4a16 takes *, "
+                         "fp4gap-prefill-w4a4 takes *\n"))
+      << r.out;
+  const std::size_t w13 = r.out.find("glm5.W13 m16");
+  ASSERT_NE(w13, std::string::npos) << r.out;
+  const std::string table = r.out.substr(w13, r.out.find("\nglm5.", w13 + 1) - w13);
+  const std::size_t star = table.find("\n  * "), plus = table.find("\n  + ");
+  ASSERT_NE(star, std::string::npos) << table;
+  ASSERT_NE(plus, std::string::npos) << table;
+  const auto row = [&](std::size_t at) { return table.substr(at + 1, table.find('\n', at + 1) - at - 1); };
+  EXPECT_TRUE(has(row(star), "workspace")) << row(star);
+  EXPECT_FALSE(has(row(plus), "workspace")) << row(plus);
+  EXPECT_EQ(table.find("\n  + ", plus + 1), std::string::npos) << table;  // one `+` row
+  std::size_t plus_rows = 0;
+  for (std::size_t at = r.out.find("\n  + "); at != std::string::npos; at = r.out.find("\n  + ", at + 1)) ++plus_rows;
+  EXPECT_EQ(plus_rows, 1u) << r.out;  // W2 and seed at M = 16 take no workspace split behind a pass
+}
+
 TEST(Cli, PlanGivesTheDecodePlanAtSmallM) {
   const CliResult r = run_cli("plan --m 1,64,65 --n 2048 --k 6144 --device 'H200 SXM'");
   ASSERT_EQ(r.code, 0) << r.err;

@@ -366,6 +366,35 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
   }
 }
 
+TEST(PrefillPolicy, BehindTheActivationPassNoWorkspaceSplit) {
+  const DeviceSpec* spec = find_device_spec("H200 SXM");
+  ASSERT_NE(spec, nullptr);
+  const DeviceContext device = datasheet_device_context(*spec);
+  const ConcurrentCtas h200 = datasheet_concurrent_ctas(*spec);
+  const auto is_workspace_split = [](const PlanCandidate& c) {
+    return c.split_k > 1 && c.reduction == SplitReduction::workspace;
+  };
+  // W13 at M = 16 and 32: the policy takes a workspace split; behind the pass, the fastest other.
+  for (const std::int64_t m : {16, 32}) {
+    const std::vector<PlanCandidate> c = plan_candidates(m, 4096, 6144, device, h200);
+    const PlanCandidate* best = best_candidate(c);
+    const PlanCandidate* behind = best_candidate_behind_activation_pass(c);
+    ASSERT_NE(best, nullptr);
+    ASSERT_NE(behind, nullptr);
+    EXPECT_TRUE(is_workspace_split(*best)) << best->plan.describe();
+    EXPECT_FALSE(is_workspace_split(*behind)) << behind->plan.describe();
+    for (const PlanCandidate& other : c) {
+      if (other.status.is_ok() && !is_workspace_split(other)) {
+        EXPECT_GE(other.predicted_us, behind->predicted_us) << other.plan.describe() << " at M = " << m;
+      }
+    }
+  }
+  // Where the pick is no workspace split, the same candidate.
+  const std::vector<PlanCandidate> wide = plan_candidates(512, 2048, 6144, device, h200);
+  EXPECT_EQ(best_candidate_behind_activation_pass(wide), best_candidate(wide));
+  EXPECT_EQ(best_candidate_behind_activation_pass({}), nullptr);
+}
+
 TEST(PrefillPolicy, DatasheetOccupancyOnlyWhereMeasured) {
   const DeviceSpec* b200 = find_device_spec("B200");
   ASSERT_NE(b200, nullptr);

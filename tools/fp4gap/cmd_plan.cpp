@@ -37,22 +37,27 @@ void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& 
   // None can run: choose_plan's error names the shared memory needed and available.
   if (best == nullptr) prefill::choose_plan(s.m, s.n, s.k, device, occupancy);
   const prefill::Plan chosen = best->plan;  // a copy: the sort below moves the candidates
+  // W4A4's boundary depends on whether the chosen plan dequantizes the activations in the kernel
+  // (the device also checks the kernel's own shared-memory limit, a few hundred bytes lower);
+  // otherwise its GEMM runs behind the activation pass, without workspace splits.
+  const bool w4a4_in_kernel = prefill::w4a4_dequantizes_in_kernel(chosen, s.k, device.smem_per_block_optin);
+  const prefill::PlanCandidate* behind_pass = prefill::best_candidate_behind_activation_pass(c);
+  const prefill::Plan w4a4_plan = w4a4_in_kernel || behind_pass == nullptr ? chosen : behind_pass->plan;
+  const bool w4a4_differs = w4a4_plan.describe() != chosen.describe();
   std::stable_sort(c.begin(), c.end(), [](const prefill::PlanCandidate& a, const prefill::PlanCandidate& b) {
     if (a.status.is_ok() != b.status.is_ok()) return a.status.is_ok();
     return a.status.is_ok() && a.predicted_us < b.predicted_us;
   });
-  auto dispatched = [&](const char* backend, std::int64_t decode_max_m) {
-    if (s.m > decode_max_m) return std::string(backend) + " takes *";
+  auto dispatched = [&](const char* backend, std::int64_t decode_max_m, const char* mark) {
+    if (s.m > decode_max_m) return std::string(backend) + " takes " + mark;
     return std::string(backend) + " takes the decode kernel (M <= " + std::to_string(decode_max_m) + ")";
   };
-  // W4A4's boundary depends on whether the chosen plan dequantizes the activations in the kernel
-  // (the device also checks the kernel's own shared-memory limit, a few hundred bytes lower).
-  const bool w4a4_in_kernel = prefill::w4a4_dequantizes_in_kernel(chosen, s.k, device.smem_per_block_optin);
   out << "\n" << (shape.shape_name.empty() ? "" : shape.shape_name + " ") << "m" << s.m << " n" << s.n << " k" << s.k << ": "
-      << dispatched("fp4gap-w4a16", kW4A16DecodeMaxM) << ", "
-      << dispatched("fp4gap-w4a4", w4a4_decode_max_m(w4a4_in_kernel))
+      << dispatched("fp4gap-w4a16", kW4A16DecodeMaxM, "*") << ", "
+      << dispatched("fp4gap-w4a4", w4a4_decode_max_m(w4a4_in_kernel), w4a4_differs ? "+" : "*")
       << (w4a4_in_kernel ? " (its prefill plan dequantizes the activations in the kernel)" : "")
-      << "; fp4gap-prefill-* take *\n";
+      << "; fp4gap-prefill-w4a16 takes *, fp4gap-prefill-w4a4 takes " << (w4a4_differs ? "+" : "*")
+      << (w4a4_differs ? " (behind its activation pass: no workspace split)" : "") << "\n";
   if (s.m <= decode::kMaxM) {
     // The decode kernels' own policy (docs/KERNELS-decode.md), for the same shape, both maths.
     // A prediction is printed only where the model was fitted to measurements.
@@ -80,7 +85,8 @@ void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& 
       << "  split-K reduction\n";
   for (const prefill::PlanCandidate& p : c) {
     const bool pick = p.status.is_ok() && p.plan.describe() == chosen.describe();
-    out << (pick ? "  * " : "    ") << std::left << std::setw(kConfigWidth) << p.config.name() << std::right;
+    const bool w4a4_pick = w4a4_differs && p.status.is_ok() && p.plan.describe() == w4a4_plan.describe();
+    out << (pick ? "  * " : w4a4_pick ? "  + " : "    ") << std::left << std::setw(kConfigWidth) << p.config.name() << std::right;
     if (!p.status.is_ok()) {
       out << "  not supported: " << p.status.reason << "\n";
       continue;

@@ -33,6 +33,7 @@
 #include <utility>
 
 #include "cuda/common.cuh"
+#include "cuda/grid_dependency.cuh"
 #include "fp4gap/cuda_quantize.hpp"
 #include "fp4gap/detail/divide_by_constant.hpp"
 
@@ -471,6 +472,10 @@ template <ElementType kType, bool kReport>
 __global__ void __launch_bounds__(kThreads, kReport ? 1 : 6) quantize_kernel(QuantizeParams p) {
   using E = Element<kType>;
   constexpr int kWords = E::kWords;
+  // A GEMM launched programmatically behind the quantizer (the serving sequence) may start now:
+  // it waits for this grid to complete before it reads the activations (griddepcontrol.wait),
+  // and meanwhile loads its first weight stages (PERF-LOG run 86).
+  cuda::allow_dependent_launch();
   const std::uint32_t stride = gridDim.x * blockDim.x;
   // Step k covers the positions [first + k * stride, first + k * stride + 32) of this warp; lane l
   // handles position first + k * stride + l.

@@ -36,9 +36,15 @@ struct GemmBenchOptions {
   DeviceContext device;               // unavailable: only host backends can run
   std::optional<Ceilings> ceilings;   // roofline columns of GPU rows stay empty without
   TimingOptions timing;
-  // Times a verified runner that lives on the device (the CLI passes fp4gap::time_runner).
-  // Empty: such rows are verified but not timed, with a warning.
-  std::function<Timing(GemmRunner&, const DeviceContext&, const TimingOptions&)> time_device_runner;
+  // What runs before each timed launch of a GPU row (timing.hpp). Not itself: the row's mode is
+  // "graph-after-<name>" and its time what the GEMM adds to that sequence; the read floor, timed
+  // back to back, is then left out.
+  Predecessor predecessor = Predecessor::itself;
+  // Times a verified runner of the problem that lives on the device, behind the predecessor (the
+  // CLI passes fp4gap::time_runner_after). Empty: such rows are verified but not timed, with a
+  // warning.
+  std::function<Timing(GemmRunner&, const GemmProblem&, Predecessor, const DeviceContext&, const TimingOptions&)>
+      time_device_runner;
   // Times the read floor of a GPU row's bytes (the CLI passes fp4gap::time_read, remembering each
   // byte count it timed). Empty: read_us and pct_of_read stay empty.
   std::function<Timing(double bytes, const DeviceContext&, const TimingOptions&)> time_device_read;

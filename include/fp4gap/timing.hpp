@@ -6,6 +6,7 @@
 // Each mode's floor (an empty kernel timed the same way) is measured beside the results.
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fp4gap/backend.hpp"
@@ -53,6 +54,20 @@ struct Timing {
 // How many input sets a runner needs so that the sets together exceed 2x L2.
 int input_sets_for_cold_cache(double bytes_per_set, std::int64_t l2_bytes, int max_sets = 64);
 
+// What runs right before each timed launch of a GEMM (`fp4gap gemm --after`, docs/GPU.md):
+//  itself:   the same GEMM, back to back (the default): a programmatically launched GEMM overlaps
+//            its launch and first loads with its own previous launch.
+//  norm:     an elementwise kernel reading and writing the M x K bf16 activations, the shape of an
+//            RMSNorm or SiLU-and-mul before a GEMM in a serving graph, launched plainly.
+//  norm_pdl: the same kernel allowing the next launch at its start (griddepcontrol), as stacks
+//            that use programmatic dependent launches write theirs.
+//  quantize: fp4gap's NVFP4 activation quantizer of those activations (given global scale,
+//            swizzled scales): the sequence of a W4A4 layer.
+enum class Predecessor { itself, norm, norm_pdl, quantize };
+std::string_view to_string(Predecessor p);          // "itself", "norm", "norm-pdl", "quantize"
+Predecessor parse_predecessor(std::string_view s);  // throws InvalidArgument listing the names
+std::string_view predecessor_description(Predecessor p);  // one phrase, for report headers
+
 // CUDA library: times any launch in both modes. launch(set, stream) enqueues one launch reading
 // input set `set` (0 <= set < input_sets) on `stream` (a cudaStream_t); it must be capturable
 // into a CUDA graph (no synchronization, no allocation).
@@ -60,5 +75,12 @@ Timing time_launch(const std::function<void(int set, void* stream)>& launch, int
                    const DeviceContext& device, const TimingOptions& options);
 // Times a prepared GPU runner (time_launch over runner.run).
 Timing time_runner(GemmRunner& runner, const DeviceContext& device, const TimingOptions& options);
+// Times a prepared GPU runner of `problem` behind `predecessor` (itself: time_runner): both modes
+// of [predecessor, run] over the runner's input sets, the predecessor's activations rotated with
+// them, minus the predecessor timed alone the same way: what the GEMM adds to that sequence
+// (percentiles shifted by the predecessor's median). Throws InvalidArgument for quantize when
+// K % 16 != 0 (the quantizer's rule).
+Timing time_runner_after(GemmRunner& runner, const GemmProblem& problem, Predecessor predecessor,
+                         const DeviceContext& device, const TimingOptions& options);
 
 }  // namespace fp4gap

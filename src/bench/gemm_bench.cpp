@@ -123,9 +123,9 @@ void time_on_host(GemmRunner& runner, int runs, GemmRow& row) {
   row.samples = s.samples;
 }
 
-void time_on_device(GemmRunner& runner, const GemmBenchOptions& o, GemmRow& row) {
-  const Timing t = o.time_device_runner(runner, o.device, o.timing);
-  row.mode = "graph";
+void time_on_device(GemmRunner& runner, const GemmProblem& p, const GemmBenchOptions& o, GemmRow& row) {
+  const Timing t = o.time_device_runner(runner, p, o.predecessor, o.device, o.timing);
+  row.mode = o.predecessor == Predecessor::itself ? "graph" : "graph-after-" + std::string(to_string(o.predecessor));
   row.median_us = t.graph.median_us;
   row.p20_us = t.graph.p20_us;
   row.p80_us = t.graph.p80_us;
@@ -254,7 +254,7 @@ void run_backend(GemmBackend& backend, const GemmInputs& inputs, const GemmBench
     if (o.time_device_runner) {
       say("time");
       try {
-        time_on_device(*runner, o, row);
+        time_on_device(*runner, p, o, row);
       } catch (const std::exception& e) {
         // A fault while timing (other input sets, graph replay) is not a clean pass.
         row.status = RowStatus::error;

@@ -1,7 +1,9 @@
-// Host side of timing.hpp: sample statistics and the cold-cache rotation count.
+// Host side of timing.hpp: sample statistics, the cold-cache rotation count, predecessor names.
 #include <algorithm>
 #include <cmath>
 #include <sstream>
+#include <string>
+#include <utility>
 
 #include "fp4gap/status.hpp"
 #include "fp4gap/timing.hpp"
@@ -90,6 +92,43 @@ SamplePlan plan_samples(const TimingOptions& o, int input_sets, double launch_us
                                    o.graph_replays);
   plan.event_samples = clamp_count(fitting(launch_us), std::min(o.min_samples, o.event_samples), o.event_samples);
   return plan;
+}
+
+namespace {
+struct PredecessorName {
+  Predecessor value;
+  std::string_view name, description;
+};
+constexpr PredecessorName kPredecessors[] = {
+    {Predecessor::itself, "itself", "the previous launch of the same GEMM"},
+    {Predecessor::norm, "norm", "an elementwise kernel reading and writing the M x K bf16 activations"},
+    {Predecessor::norm_pdl, "norm-pdl",
+     "an elementwise kernel reading and writing the M x K bf16 activations that lets the next kernel launch at its start"},
+    {Predecessor::quantize, "quantize", "fp4gap's NVFP4 quantizer of the M x K bf16 activations"},
+};
+}  // namespace
+
+std::string_view to_string(Predecessor p) {
+  for (const PredecessorName& e : kPredecessors) {
+    if (e.value == p) return e.name;
+  }
+  return "?";
+}
+
+std::string_view predecessor_description(Predecessor p) {
+  for (const PredecessorName& e : kPredecessors) {
+    if (e.value == p) return e.description;
+  }
+  return "?";
+}
+
+Predecessor parse_predecessor(std::string_view s) {
+  std::string names;
+  for (const PredecessorName& e : kPredecessors) {
+    if (e.name == s) return e.value;
+    names += (names.empty() ? "" : ", ") + std::string(e.name);
+  }
+  throw InvalidArgument("unknown predecessor '" + std::string(s) + "' (one of: " + names + ")");
 }
 
 }  // namespace fp4gap

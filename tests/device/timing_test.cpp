@@ -133,6 +133,54 @@ TEST(Timing, RunnerTimingHasPlausibleFloorsAndKeepsOutputsCorrect) {
   }
 }
 
+// fp4gap gemm --after: the GEMM behind each predecessor adds a positive time, the GEMM still ran
+// every set correctly, and the quantizer's K rule is named.
+TEST(Timing, RunnerBehindEachPredecessor) {
+  REQUIRE_GPU();
+  register_cuda_backends();
+  GemmProblem p;
+  p.m = 16;
+  p.n = 2048;
+  p.k = 1024;
+  p.a_format = OperandFormat::bf16;
+  SCOPED_TRACE("fp4gap-w4a16 " + p.label() + " seed 12; repro: fp4gap_device_tests --gtest_filter='Timing.*'");
+  GemmBackend* b = find_gemm_backend("fp4gap-w4a16");
+  ASSERT_NE(b, nullptr);
+  auto runner = b->prepare(make_gemm_inputs(p, 12), 3);
+  TimingOptions o;
+  o.budget_us_per_mode = 1e12;
+  for (const Predecessor before : {Predecessor::norm, Predecessor::norm_pdl, Predecessor::quantize}) {
+    SCOPED_TRACE(std::string(to_string(before)));
+    runner->poison_output();
+    const Timing t = time_runner_after(*runner, p, before, gpu(), o);
+    EXPECT_EQ(t.graph.samples, o.graph_replays);
+    EXPECT_GT(t.graph.median_us, 0.0);
+    EXPECT_GT(t.event.median_us, 0.0);
+    EXPECT_LE(t.graph.p20_us, t.graph.median_us);
+    EXPECT_LE(t.graph.median_us, t.graph.p80_us);
+    const ReferenceResult ref = reference_gemm(runner->a_operand(), runner->b_operand(), runner->alpha());
+    for (int s = 0; s < runner->input_sets(); ++s) {
+      const std::vector<float> got = runner->read_output(s);
+      const VerifyResult v = verify_gemm_output(got.data(), ref, p.k, p.out_type, runner->tensor_core_error_bound());
+      EXPECT_TRUE(v.passed) << "set " << s << ": " << v.message;
+    }
+  }
+  GemmProblem odd;
+  odd.m = 4;
+  odd.n = 64;
+  odd.k = 40;
+  odd.a_format = odd.b_format = OperandFormat::bf16;
+  auto cublas = find_gemm_backend("cublas-bf16")->prepare(make_gemm_inputs(odd, 13), 1);
+  try {
+    time_runner_after(*cublas, odd, Predecessor::quantize, gpu(), o);
+    FAIL() << "the quantizer ran with K % 16 != 0";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("--after quantize: the NVFP4 activation quantizer needs K % 16 == 0"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Timing, RejectsBadOptionsAndMissingDevice) {
   auto noop = [](int, void*) {};
   DeviceContext none;

@@ -330,6 +330,20 @@ TEST(Cli, GemmReportsInvalidShapesAndRejectsBadArguments) {
   const CliResult tp = run_cli("gemm --m 16 --n 64 --k 64 --tp 2");
   EXPECT_EQ(tp.code, 2);
   EXPECT_TRUE(has(tp.err, "--tp")) << tp.err;
+  const CliResult after = run_cli("gemm --backends cpu-reference --m 1 --n 64 --k 64 --after gelu");
+  EXPECT_EQ(after.code, 2);
+  EXPECT_TRUE(has(after.err, "--after: gelu not in {itself,norm,norm-pdl,quantize}")) << after.err;
+}
+
+TEST(Cli, GemmAfterAKernelSaysSoAndKeepsItInTheRepro) {
+  const CliResult r = run_cli("gemm --backends cpu-reference --m 4 --n 64 --k 64 --ceilings datasheet --after norm-pdl");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "timed after norm-pdl (--after): each GPU launch follows an elementwise kernel")) << r.out;
+  EXPECT_TRUE(has(r.out, "mode graph-after-norm-pdl")) << r.out;
+  EXPECT_TRUE(has(r.out, "--ceilings datasheet --after norm-pdl\n")) << r.out;
+  const CliResult plain = run_cli("gemm --backends cpu-reference --m 4 --n 64 --k 64 --ceilings datasheet");
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  EXPECT_FALSE(has(plain.out, "--after")) << plain.out;
 }
 
 TEST(Cli, GemmPresetKeepsShapesThatTpBreaks) {

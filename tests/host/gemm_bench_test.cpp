@@ -183,7 +183,9 @@ struct DeviceFixture {
       ++device_reference_calls;
       return reference_gemm(a, b, alpha, 1);
     };
-    o.time_device_runner = [](GemmRunner& r, const DeviceContext&, const TimingOptions&) {
+    o.time_device_runner = [this](GemmRunner& r, const GemmProblem&, Predecessor before, const DeviceContext&,
+                                  const TimingOptions&) {
+      predecessors.push_back(before);
       Timing t;
       // The bf16-view fake plays cuBLAS BF16 at 10 us; the NVFP4 one takes 5 us.
       const bool bf16 = r.a_operand().format == OperandFormat::bf16;
@@ -204,6 +206,7 @@ struct DeviceFixture {
     };
   }
   std::vector<double> read_bytes;
+  std::vector<Predecessor> predecessors;  // what each device timing was asked to run before the GEMM
 };
 
 TEST(GemmBench, DeviceRowsAreTimedOnColdSetsWithRooflineAndSpeedup) {
@@ -291,9 +294,44 @@ TEST(GemmBench, FailingGpuReferenceFallsBackToTheCpuWithAWarning) {
   EXPECT_NE(rows[0].warnings.find("GPU reference failed (cudaMalloc: out of memory)"), std::string::npos);
 }
 
+TEST(GemmBench, APredecessorNamesTheModeAndDropsTheBackToBackReadFloor) {
+  DeviceFixture f;
+  f.o.predecessor = Predecessor::norm_pdl;
+  FakeBackend own("own", {.on_device = true});
+  FakeBackend cublas(std::string(kCublasBf16Backend), {.on_device = true, .multiplies_bf16_views = true});
+  const std::vector<GemmRow> rows = run_gemm_bench({{"", small_w4a4(), Status::ok()}}, {&own, &cublas}, f.o);
+  EXPECT_EQ(f.predecessors, (std::vector<Predecessor>{Predecessor::norm_pdl, Predecessor::norm_pdl}));
+  const GemmRow& r = row_of(rows, "own");
+  ASSERT_EQ(r.status, RowStatus::passed) << r.reason;
+  EXPECT_EQ(r.mode, "graph-after-norm-pdl");
+  EXPECT_EQ(r.median_us, 5.0);
+  EXPECT_FALSE(r.read_us.has_value());  // the read floor is timed back to back: not comparable
+  EXPECT_TRUE(f.read_bytes.empty());
+  EXPECT_TRUE(r.pct_of_roof.has_value());
+  // Speed-ups pair rows of the same mode.
+  ASSERT_TRUE(r.speedup_vs_cublas_bf16.has_value());
+  EXPECT_DOUBLE_EQ(*r.speedup_vs_cublas_bf16, 2.0);
+}
+
+TEST(Timing, PredecessorNamesRoundTrip) {
+  for (const Predecessor p : {Predecessor::itself, Predecessor::norm, Predecessor::norm_pdl, Predecessor::quantize}) {
+    EXPECT_EQ(parse_predecessor(to_string(p)), p) << to_string(p);
+  }
+  EXPECT_EQ(to_string(Predecessor::norm_pdl), "norm-pdl");
+  try {
+    parse_predecessor("gelu");
+    FAIL() << "an unknown predecessor was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown predecessor 'gelu' (one of: itself, norm, norm-pdl, quantize)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(GemmBench, TimingFailureIsAnErrorNotAPass) {
   DeviceFixture f;
-  f.o.time_device_runner = [](GemmRunner&, const DeviceContext&, const TimingOptions&) -> Timing {
+  f.o.time_device_runner = [](GemmRunner&, const GemmProblem&, Predecessor, const DeviceContext&,
+                             const TimingOptions&) -> Timing {
     throw RuntimeError("cudaGraphLaunch: an illegal memory access was encountered");
   };
   FakeBackend own("own", {.on_device = true});

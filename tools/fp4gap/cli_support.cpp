@@ -108,9 +108,8 @@ GemmBenchOptions gemm_bench_options(const DeviceContext& device) {
   register_cuda_backends();
   GemmBenchOptions o;
   o.device = device;
-  o.time_device_runner = [](GemmRunner& runner, const DeviceContext& d, const TimingOptions& t) {
-    return time_runner(runner, d, t);
-  };
+  o.time_device_runner = [](GemmRunner& runner, const GemmProblem& p, Predecessor before, const DeviceContext& d,
+                             const TimingOptions& t) { return time_runner_after(runner, p, before, d, t); };
   // One read-floor timing per byte count: every backend of a case moving the same bytes shares it.
   o.time_device_read = [cache = std::make_shared<std::map<double, Timing>>()](
                            double bytes, const DeviceContext& d, const TimingOptions& t) {

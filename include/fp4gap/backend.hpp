@@ -74,6 +74,14 @@ class GemmRunner {
   // a 32-product group can be off by 32 * 2^-14 = 2^-9 of its absolute sum.
   virtual double tensor_core_error_bound() const { return 0.0; }
   virtual bool on_device() const = 0;
+  // The device bf16 activations [M, K] (row-major, a_operand()'s values) that run(set) reads, for
+  // a caller that rewrites them right before the GEMM, as the previous kernel of a serving graph
+  // does (`fp4gap gemm --after norm`: they are then in L2); nullptr where the runner reads no
+  // such buffer (NVFP4, FP8 or fp16 activations, host runners).
+  virtual std::uint16_t* bf16_activations(int set) {
+    static_cast<void>(set);
+    return nullptr;
+  }
 };
 
 class GemmBackend {

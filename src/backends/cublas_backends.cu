@@ -192,6 +192,11 @@ class CublasBf16Runner final : public GemmRunner {
 
   void poison_output() override { outputs_.poison(); }
   std::vector<float> read_output(int set) override { return outputs_.read(set); }
+  std::uint16_t* bf16_activations(int set) override {
+    check_set(set, sets_);
+    if (operand_type_ != CUDA_R_16BF) return nullptr;
+    return reinterpret_cast<std::uint16_t*>(a_.get() + a_bytes_ * static_cast<std::size_t>(set));
+  }
   OperandView a_operand() const override { return bf16_operand(a_host_, p_.m, p_.k); }
   OperandView b_operand() const override { return bf16_operand(b_host_, p_.n, p_.k); }
   double alpha() const override { return static_cast<double>(alpha_); }

@@ -107,6 +107,13 @@ class DecodeRunner final : public GemmRunner {
     CUDA_CHECK(cudaDeviceSynchronize());
   }
 
+  std::uint16_t* bf16_activations(int set) override {
+    if (set < 0 || set >= sets_) {
+      throw InvalidArgument("bf16_activations: set " + std::to_string(set) + " outside 0.." + std::to_string(sets_ - 1));
+    }
+    return math_ == Math::w4a16 ? reinterpret_cast<std::uint16_t*>(a_.at(set)) : nullptr;
+  }
+
   std::vector<float> read_output(int set) override {
     if (set < 0 || set >= sets_) {
       throw InvalidArgument("read_output: set " + std::to_string(set) + " outside 0.." + std::to_string(sets_ - 1));

@@ -119,6 +119,12 @@ class PrefillRunner final : public GemmRunner {
                          split_workspace_.get());
   }
 
+  std::uint16_t* bf16_activations(int set) override {
+    check_set(set, sets_, "bf16_activations");
+    if (w4a4_) return nullptr;
+    return reinterpret_cast<std::uint16_t*>(a_bf16_dev_.get() + a_bytes_ * static_cast<std::size_t>(set));
+  }
+
   // 0xFF bytes are NaN in f32, bf16 and fp16.
   void poison_output() override {
     CUDA_CHECK(cudaDeviceSynchronize());

@@ -133,8 +133,9 @@ TEST(Timing, RunnerTimingHasPlausibleFloorsAndKeepsOutputsCorrect) {
   }
 }
 
-// fp4gap gemm --after: the GEMM behind each predecessor adds a positive time, the GEMM still ran
-// every set correctly, and the quantizer's K rule is named.
+// fp4gap gemm --after: the GEMM behind each predecessor adds a positive time; a norm rewrites
+// the runner's own activations (with their values: every set's output stays correct), the
+// quantizer writes its own buffers and the row is warned; the quantizer's K rule is named.
 TEST(Timing, RunnerBehindEachPredecessor) {
   REQUIRE_GPU();
   register_cuda_backends();
@@ -158,6 +159,10 @@ TEST(Timing, RunnerBehindEachPredecessor) {
     EXPECT_GT(t.event.median_us, 0.0);
     EXPECT_LE(t.graph.p20_us, t.graph.median_us);
     EXPECT_LE(t.graph.median_us, t.graph.p80_us);
+    const bool warned = std::any_of(t.warnings.begin(), t.warnings.end(), [](const std::string& w) {
+      return w.find("writes a buffer of its own") != std::string::npos;
+    });
+    EXPECT_EQ(warned, before == Predecessor::quantize);
     const ReferenceResult ref = reference_gemm(runner->a_operand(), runner->b_operand(), runner->alpha());
     for (int s = 0; s < runner->input_sets(); ++s) {
       const std::vector<float> got = runner->read_output(s);

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
-#include <cstddef>
 
 #include "cuda/common.cuh"
 #include "cuda/grid_dependency.cuh"
@@ -125,9 +124,11 @@ Timing time_runner_after(GemmRunner& runner, const GemmProblem& problem, Predece
     if (std::find(t.warnings.begin(), t.warnings.end(), w) == t.warnings.end()) t.warnings.push_back(w);
   }
   if (!rewrites_input) {
-    t.warnings.push_back("the " + std::string(to_string(predecessor)) +
-                         " before it writes a buffer of its own (this runner reads no bf16 activations it exposes): "
-                         "the GEMM read its activations from HBM, not from L2 as behind the kernel that wrote them");
+    t.warnings.push_back(std::string(predecessor == Predecessor::quantize
+                                         ? "the quantizer before it writes NVFP4 buffers of its own, not this runner's input"
+                                         : "the norm before it writes a buffer of its own, not this runner's input (it "
+                                           "exposes no bf16 activations)") +
+                         ": the GEMM read its activations from HBM, not from L2 as behind the kernel that wrote them");
   }
   return t;
 }

@@ -160,7 +160,7 @@ TEST(Timing, RunnerBehindEachPredecessor) {
     EXPECT_LE(t.graph.p20_us, t.graph.median_us);
     EXPECT_LE(t.graph.median_us, t.graph.p80_us);
     const bool warned = std::any_of(t.warnings.begin(), t.warnings.end(), [](const std::string& w) {
-      return w.find("writes a buffer of its own") != std::string::npos;
+      return w.find("of its own, not this runner's input") != std::string::npos;
     });
     EXPECT_EQ(warned, before == Predecessor::quantize);
     const ReferenceResult ref = reference_gemm(runner->a_operand(), runner->b_operand(), runner->alpha());

@@ -242,6 +242,12 @@ TEST(Report, VerdictPerShapeNamesTheBestTheGapAndTheBroken) {
   const std::vector<std::string> w = shape_verdicts({cublas, own});
   EXPECT_NE(w[0].find("best cublas-bf16 at 4.00 us"), std::string::npos) << w[0];
   EXPECT_NE(w[0].find("cublas-bf16 is the fastest here"), std::string::npos) << w[0];
+  // Timed after a predecessor (fp4gap diagnose --after): the same verdict from those rows.
+  cublas.mode = own.mode = "graph-after-norm";
+  cublas.median_us = 10.0;
+  const std::vector<std::string> after = shape_verdicts({cublas, own, host});
+  EXPECT_NE(after[0].find("best own at 5.00 us"), std::string::npos) << after[0];
+  EXPECT_NE(after[0].find("2.00x faster than cublas-bf16 (10.0 us)."), std::string::npos) << after[0];
 }
 
 TEST(Report, NumberFormatting) {

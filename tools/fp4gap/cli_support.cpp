@@ -124,6 +124,24 @@ GemmBenchOptions gemm_bench_options(const DeviceContext& device) {
   return o;
 }
 
+void add_after_option(CLI::App& cmd, std::string& after) {
+  cmd.add_option("--after", after,
+                 "what runs before each timed GPU launch: itself (the same GEMM back to back; default), norm (an "
+                 "elementwise kernel over the M x K bf16 activations), norm-pdl (the same, letting the GEMM launch "
+                 "early), quantize (the NVFP4 activation quantizer)")
+      ->check(CLI::IsMember({"itself", "norm", "norm-pdl", "quantize"}));
+}
+
+void apply_after_option(const std::string& after, GemmBenchOptions& options, std::vector<std::string>& notes) {
+  options.predecessor = parse_predecessor(after);
+  if (options.predecessor == Predecessor::itself) return;
+  options.repro_extra += (options.repro_extra.empty() ? "" : " ") + std::string("--after ") + after;
+  notes.push_back("timed after " + after + " (--after): each GPU launch follows " +
+                  std::string(predecessor_description(options.predecessor)) +
+                  "; a row's time is the sequence's less that kernel's own, mode graph-after-" + after +
+                  ", no read floor (it is timed back to back)");
+}
+
 int exit_code_for(const std::vector<GemmRow>& rows) {
   bool error = false;
   for (const GemmRow& r : rows) {

@@ -56,8 +56,14 @@ std::vector<GemmCase> shape_cases(const std::string& m, const std::string& n, co
                                   const std::string& preset, int tp, const GemmProblem& formats, CLI::App& cmd);
 
 // Registers the host and CUDA backends and returns pipeline options wired to the CUDA library's
-// timer (time_runner) and GPU reference (gpu_reference_gemm), with progress on a terminal.
+// timer (time_runner_after) and GPU reference (gpu_reference_gemm), with progress on a terminal.
 GemmBenchOptions gemm_bench_options(const DeviceContext& device);
+
+// --after NAME (gemm, diagnose): what runs before each timed GPU launch (timing.hpp).
+void add_after_option(CLI::App& cmd, std::string& after);
+// Sets options.predecessor from --after, appends it to the repro lines and, unless it is itself,
+// a header note saying what the times mean.
+void apply_after_option(const std::string& after, GemmBenchOptions& options, std::vector<std::string>& notes);
 
 // kExitIncorrect when a row is incorrect, else kExitError when a row is an error, else kExitOk.
 int exit_code_for(const std::vector<GemmRow>& rows);

@@ -23,6 +23,7 @@ struct DiagnoseArgs {
   std::uint64_t seed = 1;
   std::string ceilings;
   std::string output;
+  std::string after = "itself";
   bool progress = false;
 };
 
@@ -102,6 +103,7 @@ int diagnose_with_device(const DeviceContext& device, const DiagnoseArgs& a, std
   context.notes = ceilings.notes;
   options.ceilings = ceilings.ceilings;
   if (!a.ceilings.empty()) options.repro_extra = "--ceilings " + a.ceilings;
+  apply_after_option(a.after, options, context.notes);
   if (a.progress) options.on_row = row_line;
   write_run_header(out, context);
   out << "\n";
@@ -147,6 +149,7 @@ void add_diagnose_command(CLI::App& app) {
   cmd->add_option("--seed", args->seed, "input seed");
   cmd->add_option("--ceilings", args->ceilings, "FILE from `fp4gap peak --output`, datasheet, or measure (default)");
   cmd->add_option("--output", args->output, "write the report to FILE instead of stdout");
+  add_after_option(*cmd, args->after);
   cmd->add_flag("--progress", args->progress, "print each row to stderr as soon as it is finished");
   cmd->callback([args] { run_diagnose(*args); });
 }

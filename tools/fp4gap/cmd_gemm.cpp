@@ -54,11 +54,7 @@ void run_gemm(const GemmArgs& a, CLI::App& cmd) {
   // "all" includes the CPU reference backend, which would take minutes on large shapes; named
   // explicitly it runs at any size its own limit allows.
   if (a.backends == "all") options.host_backend_max_macs = 8589934592.0;  // 2^33
-  options.predecessor = parse_predecessor(a.after);
   if (!a.ceilings.empty()) options.repro_extra = "--ceilings " + a.ceilings;
-  if (options.predecessor != Predecessor::itself) {
-    options.repro_extra += (options.repro_extra.empty() ? "" : " ") + std::string("--after ") + a.after;
-  }
   if (a.progress) options.on_row = row_line;
 
   RunContext context;
@@ -66,13 +62,7 @@ void run_gemm(const GemmArgs& a, CLI::App& cmd) {
   const CeilingsChoice ceilings = choose_ceilings(options.device, a.ceilings);
   context.ceilings = ceilings.ceilings;
   context.notes = ceilings.notes;
-  if (options.predecessor != Predecessor::itself) {
-    context.notes.push_back(
-        "timed after " + a.after + " (--after): each GPU launch follows " +
-        std::string(predecessor_description(options.predecessor)) +
-        "; a row's time is the sequence's less that kernel's own, mode graph-after-" + a.after +
-        ", no read floor (it is timed back to back)");
-  }
+  apply_after_option(a.after, options, context.notes);
   options.ceilings = ceilings.ceilings;
 
   const std::vector<GemmRow> rows = run_gemm_bench(cases, backends, options);
@@ -108,11 +98,7 @@ void add_gemm_command(CLI::App& app) {
   cmd->add_option("--distribution", args->distribution, "input values")->check(CLI::IsMember({"random", "exact-grid"}));
   cmd->add_option("--format", args->format, "report format")->check(CLI::IsMember({"table", "csv", "json"}));
   cmd->add_option("--output", args->output, "write the report to FILE instead of stdout");
-  cmd->add_option("--after", args->after,
-                  "what runs before each timed GPU launch: itself (the same GEMM back to back), norm (an elementwise "
-                  "kernel over the M x K bf16 activations), norm-pdl (the same, letting the GEMM launch early), "
-                  "quantize (the NVFP4 activation quantizer)")
-      ->check(CLI::IsMember({"itself", "norm", "norm-pdl", "quantize"}));
+  add_after_option(*cmd, args->after);
   cmd->add_flag("--progress", args->progress, "print each row to stderr as soon as it is finished");
   cmd->add_option("--ceilings", args->ceilings,
                   "roofline ceilings: FILE from `fp4gap peak --output`, datasheet, or measure (default: measure "

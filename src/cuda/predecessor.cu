@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "cuda/common.cuh"
@@ -93,8 +94,9 @@ Timing time_runner_after(GemmRunner& runner, const GemmProblem& problem, Predece
   const auto grid = static_cast<unsigned>(std::clamp<std::int64_t>((units + 255) / 256, 1, 4 * sm_count));
 
   cuda::DeviceBuffer<std::uint8_t> codes, scales;
-  DeviceQuantizeWorkspace quantize_workspace;
+  std::optional<DeviceQuantizeWorkspace> quantize_workspace;  // only the quantizer's device state
   if (predecessor == Predecessor::quantize) {
+    quantize_workspace.emplace();
     codes = cuda::DeviceBuffer<std::uint8_t>(static_cast<std::size_t>(elements / 2));
     scales = cuda::DeviceBuffer<std::uint8_t>(
         static_cast<std::size_t>(scale_shape(ScaleLayout::swizzled_128x4, problem.m, problem.k).bytes()));
@@ -104,7 +106,7 @@ Timing time_runner_after(GemmRunner& runner, const GemmProblem& problem, Predece
     const cudaStream_t s = cuda::as_stream(stream);
     if (predecessor == Predecessor::quantize) {
       quantize_nvfp4_device(in, ElementType::bf16, problem.m, problem.k, ScaleLayout::swizzled_128x4, 1.0f,
-                            codes.get(), scales.get(), quantize_workspace, stream);
+                            codes.get(), scales.get(), *quantize_workspace, stream);
     } else if (vectors) {
       launch_copy_activations<uint4>(predecessor == Predecessor::norm_pdl, in, destination(set), units, grid, s);
     } else {

@@ -248,12 +248,18 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
         ptx::prefetch_tensor_map(&act_map);
         if constexpr (GROUP > 1) ptx::prefetch_tensor_map(&act_group_map);
       }
-      // The weight is not written by the previous kernel: under a programmatic launch the first
-      // tile's first stages of weight chunks are requested before waiting for that kernel to
-      // complete (it may still run), the activations after. The ring starts empty, so these
+      // The weight is not written by the previous kernel: under a programmatic launch the weight
+      // chunks of the first tile's first K blocks are requested before waiting for that kernel
+      // to complete (it may still run), the activations after. The ring starts empty, so these
       // stages need no wait. Otherwise each stage's activations go first with its weights: all
       // weights first would queue the first stage's activations behind them (measured +1.5 us to
-      // the first stage at decode sizes).
+      // the first stage at decode sizes). Hence only 4 K blocks' weights before the wait, not the
+      // ring's: behind a kernel that has already completed (a norm in a serving graph) the wait
+      // returns at once, and the activations queued behind the ring's weights came 0.3-1.1 us
+      // later (PERF-LOG run 89, `fp4gap gemm --after norm`; back to back even or faster). The
+      // plain m64 tile keeps the ring's: its one-block copies stream slowly without them (run 89:
+      // +0.3-0.4 us at M = 64 both ways).
+      constexpr int kPrefetchGroups = BM == 64 && GROUP == 1 ? STAGES / GROUP : (4 + GROUP - 1) / GROUP;
       // A copy group: GROUP K blocks from `kb` (fewer at the end of the CTA's range) in GROUP ring
       // stages from `stage`, counted on the first stage's full barrier. Their activations come in
       // one 3D copy (blocks beyond K read as zeros), except for a group holding a partial last K
@@ -262,7 +268,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
       auto group_blocks = [&](int kb) { return min(GROUP, static_cast<int>(kr.end) - kb); };
       auto act_tile_2d = [&](int kb, int nb) { return GROUP == 1 || (k_tail && kb + nb == k_blocks); };
       const int range_groups = (iters + GROUP - 1) / GROUP;
-      const int prefetched = programmatic && first_unit < units ? min(range_groups, STAGES / GROUP) : 0;
+      const int prefetched = programmatic && first_unit < units ? min(range_groups, kPrefetchGroups) : 0;
       for (int g = 0; g < prefetched; ++g) {
         const int kb = static_cast<int>(kr.begin) + g * GROUP, nb = group_blocks(kb);
         const std::uint32_t act_bytes =

@@ -82,6 +82,13 @@ class GemmRunner {
     static_cast<void>(set);
     return nullptr;
   }
+  // Asks the runner to launch its next runs as programmatic dependents of the kernel before them
+  // (sm_90 griddepcontrol: they start while it runs and wait for it before they read what it
+  // wrote). Behind a kernel that lets the next one launch early this hides the launch and the
+  // first weight loads; behind one that does not, or behind itself, it can cost (PERF-LOG run
+  // 90). Returns whether the runner now launches so; runners whose launches do not change
+  // (cuBLAS, host, the prefill tiles that always launch so) return false and ignore it.
+  virtual bool request_programmatic_launch() { return false; }
 };
 
 class GemmBackend {

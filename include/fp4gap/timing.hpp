@@ -67,6 +67,10 @@ enum class Predecessor { itself, norm, norm_pdl, quantize };
 std::string_view to_string(Predecessor p);          // "itself", "norm", "norm-pdl", "quantize"
 Predecessor parse_predecessor(std::string_view s);  // throws InvalidArgument listing the names
 std::string_view predecessor_description(Predecessor p);  // one phrase, for report headers
+// Whether `p` lets the next kernel launch while it runs (norm_pdl, the quantizer): a GEMM timed
+// behind it is asked to launch programmatically (GemmRunner::request_programmatic_launch), as a
+// stack that writes such predecessors launches its GEMMs.
+bool predecessor_allows_early_launch(Predecessor p);
 
 // CUDA library: times any launch in both modes. launch(set, stream) enqueues one launch reading
 // input set `set` (0 <= set < input_sets) on `stream` (a cudaStream_t); it must be capturable

@@ -97,6 +97,7 @@ class DecodeRunner final : public GemmRunner {
     args.out_type = p_.out_type;
     args.workspace = workspace_.get();
     args.workspace_bytes = static_cast<std::int64_t>(workspace_.bytes());
+    args.programmatic_launch = programmatic_;
     decode::launch_gemm(plan_, args, stream);
   }
 
@@ -141,7 +142,14 @@ class DecodeRunner final : public GemmRunner {
   }
   OperandView b_operand() const override { return nvfp4_operand(b_host_); }
   double alpha() const override { return static_cast<double>(alpha_); }
-  std::string config() const override { return plan_.describe(); }
+  std::string config() const override { return plan_.describe() + (programmatic_ ? ", programmatic launch" : ""); }
+  // Off by default: back to back the programmatic kernels were 0.85-1.15x (runs 9, 90), and behind a
+  // kernel that lets no one launch early ~0.2 us slower (run 90); behind one that does, 0.1-0.6
+  // us faster (run 90, `fp4gap gemm --after norm-pdl`).
+  bool request_programmatic_launch() override {
+    programmatic_ = true;
+    return true;
+  }
   bool on_device() const override { return true; }
 
  private:
@@ -149,6 +157,7 @@ class DecodeRunner final : public GemmRunner {
   Math math_;
   int sets_;
   float alpha_;
+  bool programmatic_ = false;
   decode::Plan plan_;
   Nvfp4Matrix b_host_, a_fp4_host_;
   std::vector<std::uint16_t> a_bf16_host_;

@@ -218,6 +218,9 @@ void run_backend(GemmBackend& backend, const GemmInputs& inputs, const GemmBench
       runner = backend.prepare(inputs, sets);
     }
   }
+  if (device_row && o.time_device_runner && predecessor_allows_early_launch(o.predecessor)) {
+    runner->request_programmatic_launch();
+  }
   row.config = runner->config();
   const int sets = runner->input_sets();
 

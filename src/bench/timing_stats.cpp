@@ -122,6 +122,10 @@ std::string_view predecessor_description(Predecessor p) {
   return "?";
 }
 
+bool predecessor_allows_early_launch(Predecessor p) {
+  return p == Predecessor::norm_pdl || p == Predecessor::quantize;
+}
+
 Predecessor parse_predecessor(std::string_view s) {
   std::string names;
   for (const PredecessorName& e : kPredecessors) {

@@ -186,6 +186,44 @@ TEST(Timing, RunnerBehindEachPredecessor) {
   }
 }
 
+// The decode runner launched programmatically behind a norm that lets it start early (as `fp4gap
+// gemm --after norm-pdl` asks it to): every set's output is still the GEMM, the config says so.
+// (That the kernel waits for the previous kernel's writes: DecodeGemm.ProgrammaticLaunch*.)
+TEST(Timing, DecodeRunnerLaunchedProgrammaticallyBehindAnEarlyLaunchingNorm) {
+  REQUIRE_GPU();
+  register_cuda_backends();
+  for (const char* name : {"fp4gap-decode-w4a16", "fp4gap-decode-w4a4"}) {
+    GemmProblem p;
+    p.m = 3;
+    p.n = 2048;
+    p.k = 1024;
+    p.a_format = std::string(name) == "fp4gap-decode-w4a16" ? OperandFormat::bf16 : OperandFormat::nvfp4;
+    SCOPED_TRACE(std::string(name) + " " + p.label() + " seed 14; repro: fp4gap_device_tests --gtest_filter='Timing.*'");
+    auto runner = find_gemm_backend(name)->prepare(make_gemm_inputs(p, 14), 3);
+    EXPECT_TRUE(runner->request_programmatic_launch());
+    EXPECT_NE(runner->config().find(", programmatic launch"), std::string::npos) << runner->config();
+    runner->poison_output();
+    TimingOptions o;
+    o.budget_us_per_mode = 1e12;
+    const Timing t = time_runner_after(*runner, p, p.a_format == OperandFormat::bf16 ? Predecessor::norm_pdl
+                                                                                     : Predecessor::quantize,
+                                       gpu(), o);
+    EXPECT_GT(t.graph.median_us, 0.0);
+    const ReferenceResult ref = reference_gemm(runner->a_operand(), runner->b_operand(), runner->alpha());
+    for (int s = 0; s < runner->input_sets(); ++s) {
+      const std::vector<float> got = runner->read_output(s);
+      const VerifyResult v = verify_gemm_output(got.data(), ref, p.k, p.out_type, runner->tensor_core_error_bound());
+      EXPECT_TRUE(v.passed) << "set " << s << ": " << v.message;
+    }
+  }
+  GemmProblem bf16;
+  bf16.m = 3;
+  bf16.n = 64;
+  bf16.k = 64;
+  bf16.a_format = bf16.b_format = OperandFormat::bf16;
+  EXPECT_FALSE(find_gemm_backend("cublas-bf16")->prepare(make_gemm_inputs(bf16, 15), 1)->request_programmatic_launch());
+}
+
 TEST(Timing, RejectsBadOptionsAndMissingDevice) {
   auto noop = [](int, void*) {};
   DeviceContext none;

@@ -45,8 +45,12 @@ class FakeRunner : public GemmRunner {
   OperandView a_operand() const override { return view(inputs_.a_view(), inputs_.a_bf16); }
   OperandView b_operand() const override { return view(inputs_.b_view(), inputs_.b_bf16); }
   double alpha() const override { return inputs_.alpha; }
-  std::string config() const override { return "fake"; }
+  std::string config() const override { return programmatic_ ? "fake, programmatic launch" : "fake"; }
   bool on_device() const override { return b_.on_device; }
+  bool request_programmatic_launch() override {
+    programmatic_ = true;
+    return true;
+  }
 
  private:
   OperandView view(OperandView v, const std::vector<std::uint16_t>& bf16) const {
@@ -61,6 +65,7 @@ class FakeRunner : public GemmRunner {
   GemmInputs inputs_;
   Behaviour b_;
   std::vector<std::vector<float>> outputs_;
+  bool programmatic_ = false;
 };
 
 class FakeBackend : public GemmBackend {
@@ -311,6 +316,23 @@ TEST(GemmBench, APredecessorNamesTheModeAndDropsTheBackToBackReadFloor) {
   // Speed-ups pair rows of the same mode.
   ASSERT_TRUE(r.speedup_vs_cublas_bf16.has_value());
   EXPECT_DOUBLE_EQ(*r.speedup_vs_cublas_bf16, 2.0);
+}
+
+// Behind a predecessor that lets the next kernel launch early the runner is asked to launch
+// programmatically before its row is verified and timed, and its config says so; not otherwise.
+TEST(GemmBench, RunnersLaunchProgrammaticallyOnlyBehindAnEarlyLaunchingPredecessor) {
+  for (const Predecessor before : {Predecessor::itself, Predecessor::norm, Predecessor::norm_pdl, Predecessor::quantize}) {
+    SCOPED_TRACE(std::string(to_string(before)));
+    DeviceFixture f;
+    f.o.predecessor = before;
+    FakeBackend own("own", {.on_device = true});
+    const std::vector<GemmRow> rows = run_gemm_bench({{"", small_w4a4(), Status::ok()}}, {&own}, f.o);
+    const GemmRow& r = row_of(rows, "own");
+    ASSERT_EQ(r.status, RowStatus::passed) << r.reason;
+    const bool early = before == Predecessor::norm_pdl || before == Predecessor::quantize;
+    EXPECT_EQ(predecessor_allows_early_launch(before), early);
+    EXPECT_EQ(r.config, early ? "fake, programmatic launch" : "fake");
+  }
 }
 
 TEST(Timing, PredecessorNamesRoundTrip) {

@@ -12,24 +12,19 @@ namespace fp4gap {
 enum class KernelFamily { decode, prefill };
 constexpr std::string_view to_string(KernelFamily f) { return f == KernelFamily::decode ? "decode" : "prefill"; }
 
-// Decode up to these M where both families serve the shape, measured on the H200 (glm5 shapes,
-// graph us, PERF-LOG runs 53-54). W4A16: the decode kernel is 0.6-1.4 us faster at M = 8; from
-// M = 9 the prefill kernel's m16 tile is 0.1-0.9 us faster on the W13 and W2 shapes and 0.1-0.4 us
-// slower on the seed shape up to M = 11 (decode grows ~0.2-0.35 us per row, prefill stays flat).
-// W4A4: the decode kernel is 0.9-1.4 us faster at M = 8; at M = 12 the two are even (prefill 0.6 and
-// 0.1 us faster, 0.4 slower); at M = 16 the prefill kernel is 0.8-1.2 us faster on two of the three shapes.
-inline constexpr std::int64_t kW4A16DecodeMaxM = 8;
-inline constexpr std::int64_t kW4A4DecodeMaxM = 12;
-// W4A4 above M = 8 where the prefill kernel's plan dequantizes the activations in the kernel
-// (prefill::prefers_activation_dequant_in_kernel: no separate pass): PERF-LOG runs 65 and 68 timed
-// it faster than the decode kernel from M = 10 (seed shape 2048 x 6144: 8.74-8.81 us against
-// 9.50-9.63 at M = 10-14, run 68), slower at M = 8 (8.67 against 7.90); through the dispatch (run
-// 69) M = 9 / 10 / 12 went 8.95 / 9.45 / 9.55 -> 8.66 / 8.73 / 8.78 us. Behind the separate pass
-// the decode kernel keeps M <= kW4A4DecodeMaxM.
-inline constexpr std::int64_t kW4A4DecodeMaxMBesideInKernelDequant = 8;
-constexpr std::int64_t w4a4_decode_max_m(bool prefill_dequantizes_in_kernel) {
-  return prefill_dequantizes_in_kernel ? kW4A4DecodeMaxMBesideInKernelDequant : kW4A4DecodeMaxM;
-}
+// Decode up to these M where both families serve the shape: measured on the H200 (glm5 shapes,
+// graph us) behind another kernel, as a GEMM runs in a serving graph, which never runs a GEMM
+// behind itself. W4A16 (PERF-LOG run 91, `fp4gap gemm --after norm|norm-pdl`): the decode kernel
+// is faster up to M = 12 on all three shapes (0.4-2.0 us after a norm), at M = 14 on two (W2 even
+// / 0.2 us slower), from M = 16 the prefill kernel's m16 tile on two. W4A4 (run 92, `--after
+// quantize`, the decode kernel launched programmatically behind the quantizer): decode faster up
+// to M = 12 on all three (0.4-1.2 us), at M = 14 on two (W2 0.26 us slower), at M = 16 on one;
+// also on the seed shape, where the prefill plan dequantizes the activations in the kernel (before
+// run 92 that took the prefill kernel from M = 9). Back to back (runs 53-54, 65-69), where the
+// prefill tiles' programmatic launch hides their first loads behind their own previous launch,
+// they were faster from M = 9-13.
+inline constexpr std::int64_t kW4A16DecodeMaxM = 14;
+inline constexpr std::int64_t kW4A4DecodeMaxM = 14;
 
 struct FamilyChoice {
   Status status;  // ok, or not_supported naming both families' reasons

@@ -13,11 +13,9 @@
 
 #include "backends/registration.hpp"
 #include "cuda/common.cuh"
-#include "cuda/prefill/prefill_gemm.cuh"
 #include "fp4gap/cuda_api.hpp"
 #include "fp4gap/backend.hpp"
 #include "fp4gap/dispatch.hpp"
-#include "fp4gap/prefill.hpp"
 
 namespace fp4gap {
 namespace {
@@ -25,13 +23,10 @@ namespace {
 class DispatchBackend final : public GemmBackend {
  public:
   DispatchBackend(std::string_view name, std::string_view decode, std::string_view prefill, bool w4a4)
-      : name_(name), decode_(decode), prefill_(prefill), w4a4_(w4a4),
+      : name_(name), decode_(decode), prefill_(prefill),
         decode_max_m_(w4a4 ? kW4A4DecodeMaxM : kW4A16DecodeMaxM),
         description_("fp4gap's pick for " + std::string(w4a4 ? "NVFP4" : "bf16") +
                      " x NVFP4: the decode kernel up to M = " + std::to_string(decode_max_m_) +
-                     (w4a4 ? " (up to M = " + std::to_string(kW4A4DecodeMaxMBesideInKernelDequant) +
-                                 " where the prefill kernel dequantizes the activations itself)"
-                           : std::string()) +
                      ", the Hopper prefill kernel above (where only one of them serves the shape, that one)") {}
 
   std::string_view name() const override { return name_; }
@@ -58,17 +53,10 @@ class DispatchBackend final : public GemmBackend {
   FamilyChoice choose(const GemmProblem& p, const DeviceContext& device) const {
     const Status decode = backend(KernelFamily::decode).supports(p, device);
     const Status prefill = backend(KernelFamily::prefill).supports(p, device);
-    std::int64_t max_m = decode_max_m_;
-    if (w4a4_ && decode.is_ok() && prefill.is_ok() && p.m <= decode_max_m_) {
-      // The plan fp4gap-prefill-w4a4 would run, and whether it needs the separate pass.
-      const prefill::Plan plan = prefill::choose_plan(p.m, p.n, p.k, device, prefill::concurrent_ctas);
-      max_m = w4a4_decode_max_m(prefill::w4a4_dequantizes_in_kernel(plan, p.k));
-    }
-    return choose_kernel_family(p.m, max_m, decode, prefill);
+    return choose_kernel_family(p.m, decode_max_m_, decode, prefill);
   }
 
   std::string_view name_, decode_, prefill_;
-  bool w4a4_;
   std::int64_t decode_max_m_;
   std::string description_;
 };

@@ -25,18 +25,6 @@ TEST(Dispatch, DecodeUpToItsLimitThenPrefill) {
   }
 }
 
-// W4A4 at M = 9-12: the prefill kernel only where it dequantizes the activations itself.
-TEST(Dispatch, W4A4PrefersThePrefillKernelFromM9OnlyWithoutTheSeparatePass) {
-  for (const std::int64_t m : {9, 10, 12}) {
-    EXPECT_EQ(choose_kernel_family(m, w4a4_decode_max_m(true), kOk, kOk).family, KernelFamily::prefill) << m;
-    EXPECT_EQ(choose_kernel_family(m, w4a4_decode_max_m(false), kOk, kOk).family, KernelFamily::decode) << m;
-  }
-  for (const bool in_kernel : {true, false}) {
-    EXPECT_EQ(choose_kernel_family(8, w4a4_decode_max_m(in_kernel), kOk, kOk).family, KernelFamily::decode);
-    EXPECT_EQ(choose_kernel_family(13, w4a4_decode_max_m(in_kernel), kOk, kOk).family, KernelFamily::prefill);
-  }
-}
-
 TEST(Dispatch, FallsBackToWhicheverFamilyServesTheShape) {
   const Status no_wgmma = Status::not_supported("needs wgmma (sm_90a): RTX PRO 6000 is compute capability 12.0");
   const Status m_too_large = Status::not_supported("decode kernel serves M <= 64: M = 65");

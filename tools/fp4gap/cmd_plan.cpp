@@ -37,9 +37,9 @@ void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& 
   // None can run: choose_plan's error names the shared memory needed and available.
   if (best == nullptr) prefill::choose_plan(s.m, s.n, s.k, device, occupancy);
   const prefill::Plan chosen = best->plan;  // a copy: the sort below moves the candidates
-  // W4A4's boundary depends on whether the chosen plan dequantizes the activations in the kernel
-  // (the device also checks the kernel's own shared-memory limit, a few hundred bytes lower);
-  // otherwise its GEMM runs behind the activation pass, without workspace splits.
+  // Whether the chosen plan dequantizes W4A4's activations in the kernel (the device also checks
+  // the kernel's own shared-memory limit, a few hundred bytes lower); otherwise its GEMM runs
+  // behind the activation pass, without workspace splits.
   const bool w4a4_in_kernel = prefill::w4a4_dequantizes_in_kernel(chosen, s.k, device.smem_per_block_optin);
   const prefill::PlanCandidate* behind_pass = prefill::best_candidate_behind_activation_pass(c);
   const prefill::Plan w4a4_plan = w4a4_in_kernel || behind_pass == nullptr ? chosen : behind_pass->plan;
@@ -54,10 +54,11 @@ void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& 
   };
   out << "\n" << (shape.shape_name.empty() ? "" : shape.shape_name + " ") << "m" << s.m << " n" << s.n << " k" << s.k << ": "
       << dispatched("fp4gap-w4a16", kW4A16DecodeMaxM, "*") << ", "
-      << dispatched("fp4gap-w4a4", w4a4_decode_max_m(w4a4_in_kernel), w4a4_differs ? "+" : "*")
-      << (w4a4_in_kernel ? " (its prefill plan dequantizes the activations in the kernel)" : "")
+      << dispatched("fp4gap-w4a4", kW4A4DecodeMaxM, w4a4_differs ? "+" : "*")
       << "; fp4gap-prefill-w4a16 takes *, fp4gap-prefill-w4a4 takes " << (w4a4_differs ? "+" : "*")
-      << (w4a4_differs ? " (behind its activation pass: no workspace split)" : "") << "\n";
+      << (w4a4_in_kernel ? " (activations dequantized in the kernel)"
+                         : w4a4_differs ? " (behind its activation pass: no workspace split)" : "")
+      << "\n";
   if (s.m <= decode::kMaxM) {
     // The decode kernels' own policy (docs/KERNELS-decode.md), for the same shape, both maths.
     // A prediction is printed only where the model was fitted to measurements.

@@ -23,10 +23,11 @@ namespace {
 class DispatchBackend final : public GemmBackend {
  public:
   DispatchBackend(std::string_view name, std::string_view decode, std::string_view prefill, bool w4a4)
-      : name_(name), decode_(decode), prefill_(prefill),
-        decode_max_m_(w4a4 ? kW4A4DecodeMaxM : kW4A16DecodeMaxM),
+      : name_(name), decode_(decode), prefill_(prefill), w4a4_(w4a4),
         description_("fp4gap's pick for " + std::string(w4a4 ? "NVFP4" : "bf16") +
-                     " x NVFP4: the decode kernel up to M = " + std::to_string(decode_max_m_) +
+                     " x NVFP4: the decode kernel up to M = " + std::to_string(decode_max_m(w4a4, 1, 1)) + " (" +
+                     std::to_string(decode_max_m(w4a4, 1, kDecodeMaxMWeightElements + 1)) + " for weights over " +
+                     std::to_string(kDecodeMaxMWeightElements) + " elements)" +
                      ", the Hopper prefill kernel above (where only one of them serves the shape, that one)") {}
 
   std::string_view name() const override { return name_; }
@@ -53,11 +54,11 @@ class DispatchBackend final : public GemmBackend {
   FamilyChoice choose(const GemmProblem& p, const DeviceContext& device) const {
     const Status decode = backend(KernelFamily::decode).supports(p, device);
     const Status prefill = backend(KernelFamily::prefill).supports(p, device);
-    return choose_kernel_family(p.m, decode_max_m_, decode, prefill);
+    return choose_kernel_family(p.m, decode_max_m(w4a4_, p.n, p.k), decode, prefill);
   }
 
   std::string_view name_, decode_, prefill_;
-  std::int64_t decode_max_m_;
+  bool w4a4_;
   std::string description_;
 };
 

@@ -21,20 +21,21 @@ TEST(DispatchBackends, RunTheChosenFamilyCorrectly) {
   for (const bool w4a4 : {false, true}) {
     const char* name = w4a4 ? "fp4gap-w4a4" : "fp4gap-w4a16";
     // Both sides of the boundary, on a shape whose W4A4 prefill plan dequantizes the activations
-    // in the kernel (384 x 1024) and on one whose plan needs the separate pass (6144 x 2048).
+    // in the kernel (384 x 1024) and on one whose plan needs the separate pass (6144 x 2048); and
+    // a weight just over kDecodeMaxMWeightElements (4096 x 6208: W4A16 decode to 12, W4A4 to 9).
     struct Shape {
       std::int64_t m, n, k;
     };
     for (const Shape s : {Shape{1, 384, 1024}, Shape{8, 384, 1024}, Shape{9, 384, 1024}, Shape{14, 384, 1024},
                           Shape{15, 384, 1024}, Shape{64, 384, 1024}, Shape{200, 384, 1024}, Shape{14, 6144, 2048},
-                          Shape{15, 6144, 2048}}) {
+                          Shape{15, 6144, 2048}, Shape{10, 4096, 6208}, Shape{13, 4096, 6208}}) {
       const std::int64_t m = s.m;
       const GemmProblem p{m, s.n, s.k, w4a4 ? OperandFormat::nvfp4 : OperandFormat::bf16, OperandFormat::nvfp4,
                           OutputType::bf16};
       check_backend(name, p, ++seed, InputDistribution::random);
       const GemmInputs inputs = make_gemm_inputs(p, seed, InputDistribution::random);
       const std::string config = registered_backend(name).prepare(inputs, 1)->config();
-      const bool decode = m <= (w4a4 ? kW4A4DecodeMaxM : kW4A16DecodeMaxM);
+      const bool decode = m <= decode_max_m(w4a4, s.n, s.k);
       // Decode kernels name themselves "sm80+ mma.sync ...", prefill kernels "sm90a ...".
       EXPECT_NE(config.find(decode ? "mma.sync" : "sm90a"), std::string::npos)
           << name << " at M = " << m << " ran " << config << ", seed " << seed

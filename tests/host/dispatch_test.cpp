@@ -25,6 +25,18 @@ TEST(Dispatch, DecodeUpToItsLimitThenPrefill) {
   }
 }
 
+// The boundary moves down for weights over kDecodeMaxMWeightElements, for both maths.
+TEST(Dispatch, LargerWeightsTakeThePrefillKernelFromSmallerM) {
+  for (const bool w4a4 : {false, true}) {
+    const std::int64_t at_limit = decode_max_m(w4a4, 4096, 6144), above = decode_max_m(w4a4, 4096, 6144 + 64);
+    EXPECT_EQ(at_limit, w4a4 ? kW4A4DecodeMaxM : kW4A16DecodeMaxM);
+    EXPECT_EQ(above, w4a4 ? kW4A4DecodeMaxMLargeWeight : kW4A16DecodeMaxMLargeWeight);
+    EXPECT_LT(above, at_limit);
+    EXPECT_EQ(decode_max_m(w4a4, 8192, 8192), above);
+    EXPECT_EQ(decode_max_m(w4a4, 1, 1), at_limit);
+  }
+}
+
 TEST(Dispatch, FallsBackToWhicheverFamilyServesTheShape) {
   const Status no_wgmma = Status::not_supported("needs wgmma (sm_90a): RTX PRO 6000 is compute capability 12.0");
   const Status m_too_large = Status::not_supported("decode kernel serves M <= 64: M = 65");

@@ -53,8 +53,8 @@ void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& 
     return std::string(backend) + " takes the decode kernel (M <= " + std::to_string(decode_max_m) + ")";
   };
   out << "\n" << (shape.shape_name.empty() ? "" : shape.shape_name + " ") << "m" << s.m << " n" << s.n << " k" << s.k << ": "
-      << dispatched("fp4gap-w4a16", kW4A16DecodeMaxM, "*") << ", "
-      << dispatched("fp4gap-w4a4", kW4A4DecodeMaxM, w4a4_differs ? "+" : "*")
+      << dispatched("fp4gap-w4a16", decode_max_m(false, s.n, s.k), "*") << ", "
+      << dispatched("fp4gap-w4a4", decode_max_m(true, s.n, s.k), w4a4_differs ? "+" : "*")
       << "; fp4gap-prefill-w4a16 takes *, fp4gap-prefill-w4a4 takes " << (w4a4_differs ? "+" : "*")
       << (w4a4_in_kernel ? " (activations dequantized in the kernel)"
                          : w4a4_differs ? " (behind its activation pass: no workspace split)" : "")

@@ -27,6 +27,16 @@ void expect_ordered(const TimingStats& t, int samples, const char* mode) {
   EXPECT_LE(t.median_us, t.p80_us) << mode;
 }
 
+// Timing ran every set (graph rotation): each output is a correct GEMM, not the poison.
+void expect_every_set_correct(GemmRunner& runner, const GemmProblem& p) {
+  const ReferenceResult ref = reference_gemm(runner.a_operand(), runner.b_operand(), runner.alpha());
+  for (int s = 0; s < runner.input_sets(); ++s) {
+    const std::vector<float> got = runner.read_output(s);
+    const VerifyResult v = verify_gemm_output(got.data(), ref, p.k, p.out_type, runner.tensor_core_error_bound());
+    EXPECT_TRUE(v.passed) << "set " << s << ": " << v.message;
+  }
+}
+
 TEST(Timing, LaunchesRotateOverEverySetInBothModes) {
   REQUIRE_GPU();
   cuda::DeviceBuffer<std::uint8_t> scratch(5 * 4096);
@@ -124,13 +134,7 @@ TEST(Timing, RunnerTimingHasPlausibleFloorsAndKeepsOutputsCorrect) {
       EXPECT_TRUE(t.warnings.empty()) << t.warnings.front();
     }
   }
-  // Timing ran every set (graph rotation): each output is a correct GEMM, not the poison.
-  const ReferenceResult ref = reference_gemm(runner->a_operand(), runner->b_operand(), runner->alpha());
-  for (int s = 0; s < runner->input_sets(); ++s) {
-    const std::vector<float> got = runner->read_output(s);
-    const VerifyResult v = verify_gemm_output(got.data(), ref, p.k, p.out_type);
-    EXPECT_TRUE(v.passed) << "set " << s << ": " << v.message;
-  }
+  expect_every_set_correct(*runner, p);
 }
 
 // fp4gap gemm --after: the GEMM behind each predecessor adds a positive time; a norm rewrites
@@ -163,12 +167,7 @@ TEST(Timing, RunnerBehindEachPredecessor) {
       return w.find("of its own, not this runner's input") != std::string::npos;
     });
     EXPECT_EQ(warned, before == Predecessor::quantize);
-    const ReferenceResult ref = reference_gemm(runner->a_operand(), runner->b_operand(), runner->alpha());
-    for (int s = 0; s < runner->input_sets(); ++s) {
-      const std::vector<float> got = runner->read_output(s);
-      const VerifyResult v = verify_gemm_output(got.data(), ref, p.k, p.out_type, runner->tensor_core_error_bound());
-      EXPECT_TRUE(v.passed) << "set " << s << ": " << v.message;
-    }
+    expect_every_set_correct(*runner, p);
   }
   GemmProblem odd;
   odd.m = 4;
@@ -209,12 +208,7 @@ TEST(Timing, DecodeRunnerLaunchedProgrammaticallyBehindAnEarlyLaunchingNorm) {
                                                                                      : Predecessor::quantize,
                                        gpu(), o);
     EXPECT_GT(t.graph.median_us, 0.0);
-    const ReferenceResult ref = reference_gemm(runner->a_operand(), runner->b_operand(), runner->alpha());
-    for (int s = 0; s < runner->input_sets(); ++s) {
-      const std::vector<float> got = runner->read_output(s);
-      const VerifyResult v = verify_gemm_output(got.data(), ref, p.k, p.out_type, runner->tensor_core_error_bound());
-      EXPECT_TRUE(v.passed) << "set " << s << ": " << v.message;
-    }
+    expect_every_set_correct(*runner, p);
   }
   GemmProblem bf16;
   bf16.m = 3;

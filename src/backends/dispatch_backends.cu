@@ -28,7 +28,9 @@ class DispatchBackend final : public GemmBackend {
                      " x NVFP4: the decode kernel up to M = " + std::to_string(decode_max_m(w4a4, 1, 1)) + " (" +
                      std::to_string(decode_max_m(w4a4, 1, kDecodeMaxMWeightElements + 1)) + " for weights over " +
                      std::to_string(kDecodeMaxMWeightElements) + " elements)" +
-                     ", the Hopper prefill kernel above (where only one of them serves the shape, that one)") {}
+                     ", the Hopper prefill kernel above (where only one of them serves the shape, that one); the "
+                     "boundary is fit behind another kernel (fp4gap gemm --after norm|quantize), back to back the "
+                     "prefill kernel wins from M = 9-13") {}
 
   std::string_view name() const override { return name_; }
   std::string_view description() const override { return description_; }

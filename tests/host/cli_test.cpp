@@ -145,6 +145,11 @@ TEST(Cli, InfoReportsTheDeviceOrItsAbsenceConsistently) {
   EXPECT_TRUE(has(r.out, "CUDA architectures compiled:")) << r.out;
   EXPECT_TRUE(has(r.out, "H200 SXM")) << r.out;
   EXPECT_TRUE(has(r.out, "sources:")) << r.out;
+  // Every registered backend by name with what it is, the dispatching ones with their boundary.
+  for (const char* name : {"cpu-reference: ", "cublas-bf16: ", "fp4gap-decode-w4a16: ", "fp4gap-prefill-w4a4: "}) {
+    EXPECT_TRUE(has(r.out, std::string("\n  ") + name)) << name << "\n" << r.out;
+  }
+  EXPECT_TRUE(has(r.out, "\n  fp4gap-w4a16: fp4gap's pick for bf16 x NVFP4: the decode kernel up to M = 14")) << r.out;
 }
 
 TEST(Cli, QuantizeWritesThreeFilesBitIdenticallyAcrossRuns) {

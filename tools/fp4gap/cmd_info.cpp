@@ -1,10 +1,12 @@
-// fp4gap info: what this binary is, which CUDA devices it sees, and the datasheet figures it knows.
+// fp4gap info: what this binary is, which CUDA devices it sees, the datasheet figures it knows, and
+// the backends `fp4gap gemm --backends` can name.
 #include <iostream>
 
 #include <fp4gap/build_info.hpp>
 
 #include "cli_support.hpp"
 #include "commands.hpp"
+#include "fp4gap/backend.hpp"
 #include "fp4gap/cuda_api.hpp"
 #include "fp4gap/device_specs.hpp"
 
@@ -37,12 +39,18 @@ void run_info() {
   }
   std::cout << "\n";
   write_datasheet_table(std::cout);
+
+  register_host_backends();
+  register_cuda_backends();
+  std::cout << "\nbackends (fp4gap gemm --backends NAME,...; each says per problem whether it serves it, and why not):\n";
+  for (const GemmBackend* b : gemm_backends()) std::cout << "  " << b->name() << ": " << b->description() << "\n";
 }
 
 }  // namespace
 
 void add_info_command(CLI::App& app) {
-  CLI::App* cmd = app.add_subcommand("info", "Version, build, CUDA devices found, and the datasheet figures used");
+  CLI::App* cmd =
+      app.add_subcommand("info", "Version, build, CUDA devices found, the datasheet figures used, and the backends");
   cmd->callback([] { run_info(); });
 }
 

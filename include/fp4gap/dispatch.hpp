@@ -42,9 +42,10 @@ struct FamilyChoice {
   KernelFamily family = KernelFamily::decode;
 };
 
-// `decode_max_m`: the largest M decode takes when both serve the shape (decode_max_m above). `decode` and `prefill`: what those backends' supports() answered for the
-// problem. An invalid problem (e.g. K % 32 != 0) is reported as the decode family says it.
-FamilyChoice choose_kernel_family(std::int64_t m, std::int64_t decode_max_m, const Status& decode,
+// `largest_decode_m`: the largest M decode takes when both serve the shape (decode_max_m above).
+// `decode` and `prefill`: what those backends' supports() answered for the problem. An invalid
+// problem (e.g. K % 32 != 0) is reported as the decode family says it.
+FamilyChoice choose_kernel_family(std::int64_t m, std::int64_t largest_decode_m, const Status& decode,
                                   const Status& prefill);
 
 }  // namespace fp4gap

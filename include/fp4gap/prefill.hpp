@@ -218,9 +218,9 @@ inline constexpr std::int64_t kActivationDequantMaxRowBlocks = 192;
 bool prefers_activation_dequant_in_kernel(const Plan& plan);
 
 // Whether W4A4 on `plan` takes its activations dequantized in the kernel rather than behind the
-// separate pass: preferred there and possible within `smem_per_block`. fp4gap-prefill-w4a4, the
-// fp4gap-w4a4 dispatch (both through prefill::w4a4_dequantizes_in_kernel with the kernel's own
-// limit) and `fp4gap plan` follow it.
+// separate pass: preferred there and possible within `smem_per_block`. fp4gap-prefill-w4a4
+// (through prefill::w4a4_dequantizes_in_kernel with the kernel's own limit) and `fp4gap plan`
+// follow it.
 bool w4a4_dequantizes_in_kernel(const Plan& plan, std::int64_t k, std::int64_t smem_per_block);
 
 // The candidate the W4A4 backends run behind the separate activation pass (where

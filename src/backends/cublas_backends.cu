@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backends/registration.hpp"
+#include "backends/runner_support.hpp"
 #include "cuda/common.cuh"
 #include "cuda/cublaslt_matmul.cuh"
 #include "fp4gap/backend.hpp"
@@ -87,9 +88,7 @@ class DeviceOutputs {
   }
 
   std::vector<float> read(int set) const {
-    if (set < 0 || set >= sets_) {
-      throw InvalidArgument("read_output: set " + std::to_string(set) + " outside 0.." + std::to_string(sets_ - 1));
-    }
+    check_input_set(set, sets_, "read_output");
     // Runs went to non-blocking streams, which a plain cudaMemcpy does not wait for.
     CUDA_CHECK(cudaDeviceSynchronize());
     std::vector<std::uint8_t> raw(bytes_);
@@ -115,9 +114,6 @@ class DeviceOutputs {
   DeviceBuffer<std::uint8_t> buffer_;
 };
 
-void check_set(int set, int sets) {
-  if (set < 0 || set >= sets) throw InvalidArgument("run: set " + std::to_string(set) + " outside 0.." + std::to_string(sets - 1));
-}
 
 // ================================ cublas-bf16 ================================
 
@@ -175,7 +171,7 @@ class CublasBf16Runner final : public GemmRunner {
   int input_sets() const override { return sets_; }
 
   void run(int set, void* stream) override {
-    check_set(set, sets_);
+    check_input_set(set, sets_, "run");
     // cublasSetStream resets the workspace to cuBLAS's pool: set ours again after it, so that
     // capture into a CUDA graph never allocates.
     CUBLAS_CHECK(cublasSetStream(handle_.get(), cuda::as_stream(stream)));
@@ -193,7 +189,7 @@ class CublasBf16Runner final : public GemmRunner {
   void poison_output() override { outputs_.poison(); }
   std::vector<float> read_output(int set) override { return outputs_.read(set); }
   std::uint16_t* bf16_activations(int set) override {
-    check_set(set, sets_);
+    check_input_set(set, sets_, "bf16_activations");
     if (operand_type_ != CUDA_R_16BF) return nullptr;
     return reinterpret_cast<std::uint16_t*>(a_.get() + a_bytes_ * static_cast<std::size_t>(set));
   }
@@ -330,7 +326,7 @@ class CublasLtFp8Runner final : public GemmRunner {
 
   int input_sets() const override { return sets_; }
   void run(int set, void* stream) override {
-    check_set(set, sets_);
+    check_input_set(set, sets_, "run");
     const auto s = static_cast<std::size_t>(set);
     matmul_->run(a_dev_.get() + a_.codes.size() * s, b_dev_.get() + b_.codes.size() * s, outputs_.at(set), alpha_,
                  workspace_.get(), cuda::as_stream(stream));
@@ -435,7 +431,7 @@ class CublasLtNvfp4Runner final : public GemmRunner {
 
   int input_sets() const override { return sets_; }
   void run(int set, void* stream) override {
-    check_set(set, sets_);
+    check_input_set(set, sets_, "run");
     const auto s = static_cast<std::size_t>(set);
     // The descriptor holds the scale pointers; it is read when the call is made (also in capture).
     matmul_->set_scales(a_scales_.get() + a_.scales.size() * s, b_scales_.get() + b_.scales.size() * s);

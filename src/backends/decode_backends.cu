@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backends/registration.hpp"
+#include "backends/runner_support.hpp"
 #include "cuda/common.cuh"
 #include "fp4gap/backend.hpp"
 #include "fp4gap/cuda_api.hpp"
@@ -83,9 +84,7 @@ class DecodeRunner final : public GemmRunner {
   int input_sets() const override { return sets_; }
 
   void run(int set, void* stream) override {
-    if (set < 0 || set >= sets_) {
-      throw InvalidArgument("run: set " + std::to_string(set) + " outside 0.." + std::to_string(sets_ - 1));
-    }
+    check_input_set(set, sets_, "run");
     decode::GemmArgs args;
     args.a = a_.at(set);
     args.a_scales = math_ == Math::w4a4 ? a_scales_.at(set) : nullptr;
@@ -109,16 +108,12 @@ class DecodeRunner final : public GemmRunner {
   }
 
   std::uint16_t* bf16_activations(int set) override {
-    if (set < 0 || set >= sets_) {
-      throw InvalidArgument("bf16_activations: set " + std::to_string(set) + " outside 0.." + std::to_string(sets_ - 1));
-    }
+    check_input_set(set, sets_, "bf16_activations");
     return math_ == Math::w4a16 ? reinterpret_cast<std::uint16_t*>(a_.at(set)) : nullptr;
   }
 
   std::vector<float> read_output(int set) override {
-    if (set < 0 || set >= sets_) {
-      throw InvalidArgument("read_output: set " + std::to_string(set) + " outside 0.." + std::to_string(sets_ - 1));
-    }
+    check_input_set(set, sets_, "read_output");
     CUDA_CHECK(cudaDeviceSynchronize());  // runs went to non-blocking streams
     std::vector<std::uint8_t> raw(out_bytes_);
     CUDA_CHECK(cudaMemcpy(raw.data(), outputs_.get() + out_stride_ * static_cast<std::size_t>(set), out_bytes_,

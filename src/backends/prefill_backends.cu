@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backends/registration.hpp"
+#include "backends/runner_support.hpp"
 #include "cuda/common.cuh"
 #include "cuda/prefill/prefill_gemm.cuh"
 #include "fp4gap/backend.hpp"
@@ -27,13 +28,6 @@ namespace {
 using cuda::DeviceBuffer;
 using cuda::upload_sets;
 
-void check_set(int set, int sets, const char* what) {
-  if (set < 0 || set >= sets) {
-    std::ostringstream os;
-    os << what << ": set " << set << " outside 0.." << sets - 1;
-    throw InvalidArgument(os.str());
-  }
-}
 
 class PrefillRunner final : public GemmRunner {
  public:
@@ -97,7 +91,7 @@ class PrefillRunner final : public GemmRunner {
   int input_sets() const override { return sets_; }
 
   void run(int set, void* stream) override {
-    check_set(set, sets_, "run");
+    check_input_set(set, sets_, "run");
     const cudaStream_t s = cuda::as_stream(stream);
     const auto at = [&](const DeviceBuffer<std::uint8_t>& sets, std::size_t stride) {
       return sets.get() + stride * static_cast<std::size_t>(set);
@@ -120,7 +114,7 @@ class PrefillRunner final : public GemmRunner {
   }
 
   std::uint16_t* bf16_activations(int set) override {
-    check_set(set, sets_, "bf16_activations");
+    check_input_set(set, sets_, "bf16_activations");
     if (w4a4_) return nullptr;
     return reinterpret_cast<std::uint16_t*>(a_bf16_dev_.get() + a_bytes_ * static_cast<std::size_t>(set));
   }
@@ -133,7 +127,7 @@ class PrefillRunner final : public GemmRunner {
   }
 
   std::vector<float> read_output(int set) override {
-    check_set(set, sets_, "read_output");
+    check_input_set(set, sets_, "read_output");
     CUDA_CHECK(cudaDeviceSynchronize());
     std::vector<std::uint8_t> raw(out_bytes_);
     CUDA_CHECK(cudaMemcpy(raw.data(), outputs_.get() + out_bytes_ * static_cast<std::size_t>(set), out_bytes_,

@@ -3,11 +3,11 @@
 
 namespace fp4gap {
 
-FamilyChoice choose_kernel_family(std::int64_t m, std::int64_t decode_max_m, const Status& decode,
+FamilyChoice choose_kernel_family(std::int64_t m, std::int64_t largest_decode_m, const Status& decode,
                                   const Status& prefill) {
   if (decode.code == StatusCode::invalid_problem) return {decode, KernelFamily::decode};
   if (prefill.code == StatusCode::invalid_problem) return {prefill, KernelFamily::prefill};
-  if (decode.is_ok() && (m <= decode_max_m || !prefill.is_ok())) return {Status::ok(), KernelFamily::decode};
+  if (decode.is_ok() && (m <= largest_decode_m || !prefill.is_ok())) return {Status::ok(), KernelFamily::decode};
   if (prefill.is_ok()) return {Status::ok(), KernelFamily::prefill};
   return {Status::not_supported("decode: " + decode.reason + "; prefill: " + prefill.reason), KernelFamily::decode};
 }

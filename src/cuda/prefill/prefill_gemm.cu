@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
       // later (PERF-LOG run 89, `fp4gap gemm --after norm`; back to back even or faster). The
       // plain m64 tile keeps the ring's: its one-block copies stream slowly without them (run 89:
       // +0.3-0.4 us at M = 64 both ways).
-      constexpr int kPrefetchGroups = BM == 64 && GROUP == 1 ? STAGES / GROUP : (4 + GROUP - 1) / GROUP;
+      constexpr int kPrefetchGroups = BM == 64 && GROUP == 1 ? STAGES : (4 + GROUP - 1) / GROUP;
       // A copy group: GROUP K blocks from `kb` (fewer at the end of the CTA's range) in GROUP ring
       // stages from `stage`, counted on the first stage's full barrier. Their activations come in
       // one 3D copy (blocks beyond K read as zeros), except for a group holding a partial last K

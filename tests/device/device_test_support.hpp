@@ -8,6 +8,7 @@
 #include <cstring>
 #include <functional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,24 @@ inline std::vector<float> output_as_float(const std::vector<std::uint8_t>& raw, 
 }
 
 // "<what>, seed S; repro: <command running the current test>", for failure messages.
+// The sweeps' FP4GAP_SWEEP_M: a comma-separated list of M that replaces the sweep's own list.
+// Throws on anything else, so that a typo does not silently sweep the default list.
+inline std::vector<std::int64_t> sweep_ms_from_env(std::vector<std::int64_t> defaults) {
+  const char* list = std::getenv("FP4GAP_SWEEP_M");
+  if (list == nullptr) return defaults;
+  std::vector<std::int64_t> ms;
+  for (const char* p = list; *p != '\0';) {
+    char* end = nullptr;
+    const long long m = std::strtoll(p, &end, 10);
+    if (end == p || m < 1 || (*end != ',' && *end != '\0')) {
+      throw std::invalid_argument(std::string("FP4GAP_SWEEP_M is a comma-separated list of M >= 1: ") + list);
+    }
+    ms.push_back(m);
+    p = *end == ',' ? end + 1 : end;
+  }
+  return ms;
+}
+
 inline std::string repro(const std::string& what, std::uint64_t seed) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   std::ostringstream os;

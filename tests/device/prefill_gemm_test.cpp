@@ -28,6 +28,7 @@ namespace {
 
 using test::gpu;
 using test::repro;
+using test::sweep_ms_from_env;
 
 // Device tests run where a GPU exists: without one they fail with the reason, never skip. These
 // kernels need sm_90a: elsewhere the backends must say so, which SupportsNamesItsRules checks.
@@ -478,16 +479,7 @@ TEST(PrefillKernel, DISABLED_SweepConfigsAndSplits) {
   const std::int64_t max_m = max_m_env != nullptr ? std::atoll(max_m_env) : 4096;
   const char* max_block_m_env = std::getenv("FP4GAP_SWEEP_MAX_BLOCK_M");
   const int max_block_m = max_block_m_env != nullptr ? std::atoi(max_block_m_env) : 256;
-  std::vector<std::int64_t> ms = {4096, 2048, 1024, 512, 256, 128, 64, 32, 16, 1};
-  if (const char* list = std::getenv("FP4GAP_SWEEP_M")) {
-    ms.clear();
-    for (const char* p = list; *p != '\0';) {
-      char* end = nullptr;
-      ms.push_back(std::strtoll(p, &end, 10));
-      ASSERT_NE(end, p) << "FP4GAP_SWEEP_M is a comma-separated list of M: " << list;
-      p = *end == ',' ? end + 1 : end;
-    }
-  }
+  const std::vector<std::int64_t> ms = sweep_ms_from_env({4096, 2048, 1024, 512, 256, 128, 64, 32, 16, 1});
   for (const Nk s : {Nk{2048, 6144}, Nk{4096, 6144}, Nk{6144, 2048}}) {
     for (std::int64_t m : ms) {
       if (m > max_m) continue;

@@ -224,19 +224,24 @@ constexpr StreamCost kStreamCosts[] = {
     {1, 2, 4, 0.3398, 2.3199, 0.7737, 0.2987, 0.0197, 0.0969},
     {2, 2, 4, 1.3897, 2.6377, 1.0106, 0.4462, 0.0143, 0.0000},
 };
-// W4A4 on the streaming kernel, behind its FP16 activation pass, fitted the same way to the W4A4
-// half of PERF-LOG run 25's sweep (docs/data/decode-sweep-run25.csv), which timed the
-// register-prefetch W4A4 plans in the same call, so that the two families the policy weighs at
-// M <= 16 are priced from one run. The pass shows in the fixed part (~1.1 us more than W4A16's:
-// W4A4 minus W4A16 on the same plan, median of 388, 1.13 us). With these constants the W4A4 pick
-// is 1.4% above the sweep's fastest plan on average (2.8% with the W4A16 constants plus 1.2 us).
+// W4A4 on the streaming kernel, behind its FP16 activation pass, and the register-prefetch W4A4
+// constants below: fitted together to PERF-LOG run 96's sweep of both families (docs/data/
+// decode-sweep-run96-after-quantize.csv: M = 1, 4, 8, 12, 16 on the four decode shapes), timed as
+// a serving graph runs a W4A4 layer: behind the NVFP4 activation quantizer, launched
+// programmatically, less the quantizer. The fit weighs the plans within 1.3x of their point's
+// fastest fully and the others 0.3 (non-negative least squares on the relative error), since the
+// picks are made among the near ones: weighing every plan alike, as runs 21 and 25 did, fits
+// the far plans (large splits) at the near ones' expense, and those constants picked 12% slow
+// plans at 8192 x 8192, M = 12 and 6144 x 2048, M = 1 behind the quantizer. These picks are
+// 0.4% above the sweep's fastest on average (the earlier constants 1.6% on the same sweep), and
+// 0.9% above the fastest on run 84's back-to-back sweep, which they were not fit to (before: 1.4%).
 constexpr StreamCost kStreamCostsW4a4[] = {
-    {1, 1, 8, 2.0680, 1.6391, 1.0565, 0.5310, 0.0410, 0.0000},
-    {2, 1, 8, 2.5619, 2.2208, 0.6799, 0.8453, 0.0287, 0.0000},
-    {1, 1, 4, 2.8018, 1.5977, 0.6550, 0.2007, 0.0164, 0.0508},
-    {1, 1, 16, 0.0000, 1.5031, 3.0296, 1.3747, 0.0768, 0.0000},
-    {1, 2, 4, 1.3226, 2.3344, 0.7934, 0.3020, 0.0195, 0.1091},
-    {2, 2, 4, 2.5397, 2.5748, 1.0501, 0.4469, 0.0147, 0.0000},
+    {1, 1, 8, 1.7090, 0.2624, 1.5681, 0.4173, 0.0399, 0.0000},
+    {2, 1, 8, 3.2002, 1.6618, 0.7821, 0.7066, 0.0218, 0.0000},
+    {1, 1, 4, 3.2197, 0.9426, 0.6303, 0.1732, 0.0139, 0.0520},
+    {1, 1, 16, 0.0000, 2.7078, 2.3687, 1.3586, 0.0893, 0.0000},
+    {1, 2, 4, 1.5587, 1.4468, 0.9784, 0.2599, 0.0201, 0.0674},
+    {2, 2, 4, 3.0746, 1.6891, 1.2478, 0.3405, 0.0165, 0.0326},
 };
 const StreamCost& stream_cost(const TileConfig& c, Math math) {
   for (const StreamCost& s : math == Math::w4a4 ? kStreamCostsW4a4 : kStreamCosts) {
@@ -245,25 +250,24 @@ const StreamCost& stream_cost(const TileConfig& c, Math math) {
   throw std::logic_error("decode: no fitted cost for streaming config " + c.name(math, WeightLayout::shuffled));
 }
 
-// Register-prefetch kernel with W4A4, M <= 16: per configuration, fit the same way to the H200
-// sweep of PERF-LOG run 21 (every config x swept split at M = 1, 4, 8, 16 on the four decode
-// shapes; the first-principles model below picked plans up to 26% slower than the best, the fit's
-// picks are 1.5% slower than the best on average, at most 7% except where both pick the same).
-// Its blocks run in waves of (SMs x resident blocks): a wave costs a block's chunks (each more
-// per activation row), and the busiest SM's chunks add the bandwidth its co-resident blocks
-// share (median error 3-6%). The constants are what was measured.
+// Register-prefetch kernel with W4A4, M <= 16: per configuration, fit as the streaming W4A4
+// constants above (run 96; first fit to run 21's back-to-back sweep, where the first-principles
+// model below had picked plans up to 26% slower than the best). Its blocks run in waves of
+// (SMs x resident blocks): a wave costs a block's chunks (each more per activation row), and the
+// busiest SM's chunks add the bandwidth its co-resident blocks share. The constants are what was
+// measured.
 struct RegisterW4a4Cost {
   int mt, nt, warps, k_warps;
   double fixed_us, split_step_us, per_split_us;
   double chunk_us, chunk_row_us, busiest_chunk_us;
 };
 constexpr RegisterW4a4Cost kRegisterW4a4Costs[] = {
-    {1, 1, 8, 8, 0.3988, 0.0, 1.7581, 0.5124, 0.0961, 0.9052},
-    {1, 1, 8, 4, 1.3589, 1.5622, 0.4354, 0.7223, 0.0324, 0.6993},
-    {1, 1, 4, 1, 2.0971, 1.1063, 0.0765, 0.7939, 0.0084, 0.3020},
-    {1, 2, 8, 8, 0.9051, 1.9441, 0.8756, 0.6574, 0.0529, 0.4805},
-    {1, 2, 8, 4, 1.5338, 1.8110, 0.5558, 0.6550, 0.0505, 0.8265},
-    {1, 2, 4, 1, 2.2126, 1.6801, 0.1131, 0.7804, 0.0103, 0.3458},
+    {1, 1, 8, 8, 1.0220, 0.0000, 1.1982, 0.4826, 0.1037, 0.7962},
+    {1, 1, 8, 4, 1.0235, 1.0333, 0.4130, 0.8248, 0.0435, 0.6025},
+    {1, 1, 4, 1, 2.2073, 0.7301, 0.0827, 0.7776, 0.0080, 0.2878},
+    {1, 2, 8, 8, 0.0000, 1.2907, 0.9525, 0.6557, 0.0579, 0.4501},
+    {1, 2, 8, 4, 1.5063, 1.3853, 0.4211, 0.5866, 0.0622, 0.7917},
+    {1, 2, 4, 1, 2.2751, 1.3977, 0.1200, 0.7183, 0.0130, 0.3603},
 };
 const RegisterW4a4Cost* register_w4a4_cost(const TileConfig& c, Math math) {
   if (math != Math::w4a4 || c.streaming()) return nullptr;

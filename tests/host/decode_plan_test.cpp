@@ -249,26 +249,26 @@ TEST(DecodePlan, PicksTheStreamingSweepsBestPlanOnTheH200) {
                 SweptPick{16, 6144, 2048, 16, 1, 8.40}, SweptPick{16, 8192, 8192, 16, 1, 20.51}});
 }
 
-// The W4A4 policy against the H200 sweep its streaming constants were fit to (PERF-LOG run 25,
-// docs/data/decode-sweep-run25.csv: every register-prefetch and every streaming config x swept
-// split, timed in one call, M = 1, 4, 8, 16, graph-timed, cold weights; the register-prefetch
-// constants are run 21's, which fit run 25's register plans as well as a refit): the plan it
-// picks at each point (configs 0-5 register-prefetch, 11-16 streaming) with its measured time,
-// in brackets where another was faster.
+// The W4A4 policy against the H200 sweep its constants were fit to (PERF-LOG run 96,
+// docs/data/decode-sweep-run96-after-quantize.csv: every register-prefetch and every streaming
+// config x swept split at M = 1, 4, 8, 12, 16, each behind the NVFP4 quantizer, launched
+// programmatically, less the quantizer; graph-timed, cold weights): the plan it picks at each
+// point (configs 0-5 register-prefetch, 11-16 streaming) with its measured time, in brackets where
+// another was faster.
 TEST(DecodePlan, PicksTheW4a4SweepsBestPlanOnTheH200) {
   expect_picks(Math::w4a4,
-               {SweptPick{1, 2048, 6144, 11, 1, 6.45},  // [0 split 1: 6.42]
-                SweptPick{1, 4096, 6144, 13, 1, 8.38},
-                SweptPick{1, 6144, 2048, 13, 1, 6.62},  // [1 split 1: 6.13]
-                SweptPick{1, 8192, 8192, 13, 1, 13.99}, SweptPick{4, 2048, 6144, 11, 1, 6.98},
-                SweptPick{4, 4096, 6144, 12, 1, 8.52}, SweptPick{4, 6144, 2048, 1, 1, 6.34},
-                SweptPick{4, 8192, 8192, 12, 1, 16.06},  // [13: 15.79]
-                SweptPick{8, 2048, 6144, 2, 13, 7.84},   // [13: 7.30]
-                SweptPick{8, 4096, 6144, 12, 1, 10.04}, SweptPick{8, 6144, 2048, 1, 1, 6.89},
-                SweptPick{8, 8192, 8192, 12, 1, 17.88},  // [16: 17.55]
-                SweptPick{16, 2048, 6144, 5, 13, 9.68}, SweptPick{16, 4096, 6144, 16, 1, 11.93},
-                SweptPick{16, 6144, 2048, 4, 1, 8.99},
-                SweptPick{16, 8192, 8192, 5, 4, 22.74}});  // [16: 21.97]
+               {SweptPick{1, 2048, 6144, 11, 1, 5.54}, SweptPick{1, 4096, 6144, 13, 1, 8.02},  // [0: 7.96]
+                SweptPick{1, 6144, 2048, 1, 1, 5.51}, SweptPick{1, 8192, 8192, 13, 1, 14.43},
+                SweptPick{4, 2048, 6144, 11, 1, 6.53}, SweptPick{4, 4096, 6144, 12, 1, 8.85},  // [13: 8.50]
+                SweptPick{4, 6144, 2048, 1, 1, 5.74}, SweptPick{4, 8192, 8192, 12, 1, 15.44},
+                SweptPick{8, 2048, 6144, 2, 13, 7.42},  // [1 split 4: 7.39]
+                SweptPick{8, 4096, 6144, 12, 1, 9.59}, SweptPick{8, 6144, 2048, 1, 1, 6.38},
+                SweptPick{8, 8192, 8192, 12, 1, 17.06},
+                SweptPick{12, 2048, 6144, 5, 13, 9.06},  // [15: 8.99]
+                SweptPick{12, 4096, 6144, 16, 1, 11.15}, SweptPick{12, 6144, 2048, 4, 1, 7.87},
+                SweptPick{12, 8192, 8192, 16, 1, 19.47}, SweptPick{16, 2048, 6144, 5, 13, 9.18},
+                SweptPick{16, 4096, 6144, 16, 1, 12.00}, SweptPick{16, 6144, 2048, 4, 1, 8.55},
+                SweptPick{16, 8192, 8192, 5, 4, 22.42}});  // [16: 22.14]
 }
 
 // The sweep's split ladder, which the fitted policies choose from.

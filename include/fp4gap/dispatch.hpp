@@ -24,14 +24,21 @@ constexpr std::string_view to_string(KernelFamily f) { return f == KernelFamily:
 // prefill tiles' programmatic launch hides their first loads behind their own previous launch,
 // they were faster from M = 9-13.
 // Larger weights move the crossing down: the decode kernel's time grows with M x N x K, the
-// prefill tile's stays flat to M = 16. At 8192 x 8192 (run 94, behind a kernel) W4A16 decode is
-// 1.6 / 0.3 us faster at M = 9 / 12, 1.2 us slower at 14; W4A4 decode 0.5 us faster at M = 9,
-// 3.1-3.7 us slower at 12-16 (its policy takes the register-prefetch kernel there).
+// prefill tile's stays flat to M = 16. At 8192 x 8192 (runs 94 and 97, behind a kernel) W4A16
+// decode is 1.6 / 0.3 us faster at M = 9 / 12, 1.2 us slower at 14; W4A4 decode (since run 96's
+// refit of its policy) 0.55 / 0.14 us faster at M = 9 / 10, 0.3-2.0 us slower at 11-13. The
+// DeepSeek-V3-sized experts (run 97: W13 4096 x 7168, W2 7168 x 2048) behave like the glm5 shapes:
+// W4A16 decode faster to M = 13 on both (0.2-1.0 us at 13), even at 14 on W13; W4A4 decode faster
+// to M = 12 on both (0.3-0.5 us), 0.2-0.4 us slower at 13-14 (as glm5 W2; glm5 W13 and seed are
+// 0.2 us faster there). So the large-weight boundaries start between 4096 x 7168 (29.4 M, like
+// glm5) and 8192 x 8192 (67 M), at their geometric middle, 6144 x 7168 (44 M): no shape between
+// was measured. (Before run 97 they started above 4096 x 6144, and 4096 x 7168 lost 1.0 us at
+// W4A16 M = 13 and 0.5-0.8 us at W4A4 M = 10-12.)
 inline constexpr std::int64_t kW4A16DecodeMaxM = 14;
 inline constexpr std::int64_t kW4A4DecodeMaxM = 14;
-inline constexpr std::int64_t kDecodeMaxMWeightElements = 4096 * 6144;  // N x K up to which those hold
+inline constexpr std::int64_t kDecodeMaxMWeightElements = 6144 * 7168;  // N x K up to which those hold
 inline constexpr std::int64_t kW4A16DecodeMaxMLargeWeight = 12;
-inline constexpr std::int64_t kW4A4DecodeMaxMLargeWeight = 9;
+inline constexpr std::int64_t kW4A4DecodeMaxMLargeWeight = 10;
 constexpr std::int64_t decode_max_m(bool w4a4, std::int64_t n, std::int64_t k) {
   if (n * k <= kDecodeMaxMWeightElements) return w4a4 ? kW4A4DecodeMaxM : kW4A16DecodeMaxM;
   return w4a4 ? kW4A4DecodeMaxMLargeWeight : kW4A16DecodeMaxMLargeWeight;

@@ -1,13 +1,32 @@
 #include "fp4gap/presets.hpp"
 
 #include <array>
+#include <string>
 
 namespace fp4gap {
 namespace {
 
-constexpr std::int64_t kGlm5Hidden = 6144;
-constexpr std::int64_t kGlm5Intermediate = 2048;
-constexpr std::array<std::int64_t, 10> kGlm5M = {1, 16, 32, 64, 128, 256, 512, 1024, 4096, 8192};
+// A MoE model's expert shapes: hidden and moe_intermediate sizes, and whether the project's fixed
+// seed shape (2048 x 6144) rides along.
+struct ModelShapes {
+  std::string_view name;
+  std::int64_t hidden, intermediate;
+  bool seed;
+};
+// glm5: SPEC-nvfp4 section 7. deepseek-v3: DeepSeek-V3 / R1's routed experts (hidden 7168,
+// moe_intermediate_size 2048, the published model config; Kimi K2 shares them).
+constexpr std::array<ModelShapes, 2> kModels = {ModelShapes{"glm5", 6144, 2048, true},
+                                                ModelShapes{"deepseek-v3", 7168, 2048, false}};
+constexpr std::array<std::int64_t, 10> kPresetM = {1, 16, 32, 64, 128, 256, 512, 1024, 4096, 8192};
+
+const ModelShapes& model_of(std::string_view preset) {
+  for (const ModelShapes& m : kModels) {
+    if (m.name == preset) return m;
+  }
+  std::string known;
+  for (const ModelShapes& m : kModels) known += (known.empty() ? "" : ", ") + std::string(m.name);
+  throw InvalidArgument("unknown preset \"" + std::string(preset) + "\" (known: " + known + ")");
+}
 
 // A weight dimension split over tp ranks; `dim` names it in the reason when tp does not divide.
 struct Split {
@@ -24,16 +43,20 @@ Split whole(std::int64_t v) { return {v, std::string()}; }
 
 }  // namespace
 
-std::vector<std::string_view> preset_names() { return {"glm5"}; }
+std::vector<std::string_view> preset_names() {
+  std::vector<std::string_view> names;
+  for (const ModelShapes& m : kModels) names.push_back(m.name);
+  return names;
+}
 
 std::vector<std::int64_t> preset_m_values(std::string_view preset) {
-  if (preset == "glm5") return {kGlm5M.begin(), kGlm5M.end()};
-  throw InvalidArgument("unknown preset \"" + std::string(preset) + "\" (known: glm5)");
+  model_of(preset);
+  return {kPresetM.begin(), kPresetM.end()};
 }
 
 std::vector<PresetShape> preset_shapes(std::string_view preset, int tp, const GemmProblem& formats,
                                        std::span<const std::int64_t> m_values) {
-  if (preset != "glm5") throw InvalidArgument("unknown preset \"" + std::string(preset) + "\" (known: glm5)");
+  const ModelShapes& model = model_of(preset);
   if (tp < 1) throw InvalidArgument("tp must be >= 1: tp = " + std::to_string(tp));
   const std::vector<std::int64_t> ms =
       m_values.empty() ? preset_m_values(preset) : std::vector<std::int64_t>(m_values.begin(), m_values.end());
@@ -43,17 +66,17 @@ std::vector<PresetShape> preset_shapes(std::string_view preset, int tp, const Ge
     Split n, k;
   };
   std::vector<Weight> weights;
-  weights.push_back({"W13", split_by_tp(2 * kGlm5Intermediate, tp, "W13 N (2 x intermediate)"), whole(kGlm5Hidden)});
-  weights.push_back({"W2", whole(kGlm5Hidden), split_by_tp(kGlm5Intermediate, tp, "W2 K (intermediate)")});
+  weights.push_back({"W13", split_by_tp(2 * model.intermediate, tp, "W13 N (2 x intermediate)"), whole(model.hidden)});
+  weights.push_back({"W2", whole(model.hidden), split_by_tp(model.intermediate, tp, "W2 K (intermediate)")});
   // The seed shape is the project's fixed benchmark point (KERNEL-NOTES compares every kernel at
   // M=512 on it), so tp leaves it alone: its tp-split form is W13 at 2*tp anyway.
-  weights.push_back({"seed", whole(kGlm5Intermediate), whole(kGlm5Hidden)});
+  if (model.seed) weights.push_back({"seed", whole(2048), whole(6144)});
 
   std::vector<PresetShape> out;
   for (const Weight& w : weights) {
     for (std::int64_t m : ms) {
       PresetShape s;
-      s.name = std::string("glm5.") + w.name + (tp > 1 && std::string_view(w.name) != "seed"
+      s.name = std::string(model.name) + "." + w.name + (tp > 1 && std::string_view(w.name) != "seed"
                                                     ? "/tp" + std::to_string(tp) : "");
       s.problem = formats;
       s.problem.m = m;

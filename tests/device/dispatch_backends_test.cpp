@@ -22,13 +22,13 @@ TEST(DispatchBackends, RunTheChosenFamilyCorrectly) {
     const char* name = w4a4 ? "fp4gap-w4a4" : "fp4gap-w4a16";
     // Both sides of the boundary, on a shape whose W4A4 prefill plan dequantizes the activations
     // in the kernel (384 x 1024) and on one whose plan needs the separate pass (6144 x 2048); and
-    // a weight just over kDecodeMaxMWeightElements (4096 x 6208: W4A16 decode to 12, W4A4 to 9).
+    // a weight just over kDecodeMaxMWeightElements (6144 x 7232: W4A16 decode to 12, W4A4 to 10).
     struct Shape {
       std::int64_t m, n, k;
     };
     for (const Shape s : {Shape{1, 384, 1024}, Shape{8, 384, 1024}, Shape{9, 384, 1024}, Shape{14, 384, 1024},
                           Shape{15, 384, 1024}, Shape{64, 384, 1024}, Shape{200, 384, 1024}, Shape{14, 6144, 2048},
-                          Shape{15, 6144, 2048}, Shape{10, 4096, 6208}, Shape{13, 4096, 6208}}) {
+                          Shape{15, 6144, 2048}, Shape{11, 6144, 7232}, Shape{13, 6144, 7232}}) {
       const std::int64_t m = s.m;
       const GemmProblem p{m, s.n, s.k, w4a4 ? OperandFormat::nvfp4 : OperandFormat::bf16, OperandFormat::nvfp4,
                           OutputType::bf16};

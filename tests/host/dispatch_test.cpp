@@ -28,12 +28,13 @@ TEST(Dispatch, DecodeUpToItsLimitThenPrefill) {
 // The boundary moves down for weights over kDecodeMaxMWeightElements, for both maths.
 TEST(Dispatch, LargerWeightsTakeThePrefillKernelFromSmallerM) {
   for (const bool w4a4 : {false, true}) {
-    const std::int64_t at_limit = decode_max_m(w4a4, 4096, 6144), above = decode_max_m(w4a4, 4096, 6144 + 64);
+    const std::int64_t at_limit = decode_max_m(w4a4, 6144, 7168), above = decode_max_m(w4a4, 6144, 7168 + 64);
     EXPECT_EQ(at_limit, w4a4 ? kW4A4DecodeMaxM : kW4A16DecodeMaxM);
     EXPECT_EQ(above, w4a4 ? kW4A4DecodeMaxMLargeWeight : kW4A16DecodeMaxMLargeWeight);
     EXPECT_LT(above, at_limit);
     EXPECT_EQ(decode_max_m(w4a4, 8192, 8192), above);
     EXPECT_EQ(decode_max_m(w4a4, 1, 1), at_limit);
+    EXPECT_EQ(decode_max_m(w4a4, 4096, 7168), at_limit);  // DeepSeek-V3's W13 (run 97)
   }
 }
 

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "fp4gap/presets.hpp"
+#include "test_support.hpp"
 
 namespace fp4gap {
 namespace {
@@ -45,6 +46,23 @@ TEST(Presets, Glm5ShapesAtEveryM) {
     EXPECT_EQ(v[i].problem.a_format, OperandFormat::nvfp4);
     EXPECT_EQ(v[i].problem.out_type, OutputType::bf16);
   }
+}
+
+TEST(Presets, DeepSeekV3ExpertShapesWithoutTheSeed) {
+  const std::vector<std::int64_t> ms = {1, 16};
+  const std::vector<PresetShape> v = preset_shapes("deepseek-v3", 1, w4a4(), ms);
+  ASSERT_EQ(v.size(), 2 * ms.size());
+  const auto by_name = shapes_by_name(v);
+  ASSERT_EQ(by_name.size(), 2u);
+  EXPECT_EQ(by_name.at("deepseek-v3.W13").n, 4096);
+  EXPECT_EQ(by_name.at("deepseek-v3.W13").k, 7168);
+  EXPECT_EQ(by_name.at("deepseek-v3.W2").n, 7168);
+  EXPECT_EQ(by_name.at("deepseek-v3.W2").k, 2048);
+  for (const PresetShape& s : v) EXPECT_TRUE(s.status.is_ok()) << s.name << ": " << s.status.reason;
+  const auto tp8 = shapes_by_name(preset_shapes("deepseek-v3", 8, w4a4(), ms));
+  EXPECT_EQ(tp8.at("deepseek-v3.W13/tp8").n, 512);
+  EXPECT_EQ(tp8.at("deepseek-v3.W2/tp8").k, 256);
+  EXPECT_EQ(preset_m_values("deepseek-v3"), preset_m_values("glm5"));
 }
 
 TEST(Presets, FormatsAndMValuesComeFromTheCaller) {
@@ -100,7 +118,9 @@ TEST(Presets, BadArguments) {
   EXPECT_THROW(preset_shapes("glm6", 1, w4a4()), InvalidArgument);
   EXPECT_THROW(preset_shapes("glm5", 0, w4a4()), InvalidArgument);
   EXPECT_THROW(preset_m_values("nope"), InvalidArgument);
-  EXPECT_EQ(preset_names(), (std::vector<std::string_view>{"glm5"}));
+  EXPECT_EQ(preset_names(), (std::vector<std::string_view>{"glm5", "deepseek-v3"}));
+  const std::string message = test::invalid_argument_message([] { preset_shapes("glm6", 1, w4a4()); });
+  EXPECT_NE(message.find("unknown preset \"glm6\" (known: glm5, deepseek-v3)"), std::string::npos) << message;
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 //         exceed 2x L2, so every launch reads cold weights; time per launch (the primary figure).
 //  event: one launch between CUDA events after an L2 flush.
 // Each mode's floor (an empty kernel timed the same way) is measured beside the results.
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -71,6 +72,11 @@ std::string_view predecessor_description(Predecessor p);  // one phrase, for rep
 // behind it is asked to launch programmatically (GemmRunner::request_programmatic_launch), as a
 // stack that writes such predecessors launches its GEMMs.
 bool predecessor_allows_early_launch(Predecessor p);
+
+// CUDA library: the elementwise kernel of Predecessor::norm (allow_next_launch false) and norm_pdl
+// (true): out = in over `elements` bf16 values, no shared memory, on `stream` (a cudaStream_t).
+void launch_norm_stand_in(const std::uint16_t* in, std::uint16_t* out, std::int64_t elements, bool allow_next_launch,
+                          const DeviceContext& device, void* stream);
 
 // CUDA library: times any launch in both modes. launch(set, stream) enqueues one launch reading
 // input set `set` (0 <= set < input_sets) on `stream` (a cudaStream_t); it must be capturable

@@ -54,6 +54,21 @@ void subtract(TimingStats& chain, double predecessor_us) {
 
 }  // namespace
 
+void launch_norm_stand_in(const std::uint16_t* in, std::uint16_t* out, std::int64_t elements, bool allow_next_launch,
+                          const DeviceContext& device, void* stream) {
+  const bool vectors = elements % 8 == 0 && reinterpret_cast<std::uintptr_t>(in) % 16 == 0 &&
+                       reinterpret_cast<std::uintptr_t>(out) % 16 == 0;
+  const std::int64_t units = vectors ? elements / 8 : elements;
+  const std::int64_t sm_count = std::max(1, device.sm_count);
+  const auto grid = static_cast<unsigned>(std::clamp<std::int64_t>((units + 255) / 256, 1, 4 * sm_count));
+  const cudaStream_t s = cuda::as_stream(stream);
+  if (vectors) {
+    launch_copy_activations<uint4>(allow_next_launch, in, out, units, grid, s);
+  } else {
+    launch_copy_activations<std::uint16_t>(allow_next_launch, in, out, units, grid, s);
+  }
+}
+
 Timing time_runner_after(GemmRunner& runner, const GemmProblem& problem, Predecessor predecessor,
                          const DeviceContext& device, const TimingOptions& options) {
   if (predecessor == Predecessor::itself) return time_runner(runner, device, options);
@@ -87,11 +102,6 @@ Timing time_runner_after(GemmRunner& runner, const GemmProblem& problem, Predece
     own_out = cuda::DeviceBuffer<std::uint16_t>(static_cast<std::size_t>(set_elements));
   }
   const auto destination = [&](int set) { return rewrites_input ? runner.bf16_activations(set) : own_out.get(); };
-  bool vectors = elements % 8 == 0;
-  for (int set = 0; set < sets; ++set) vectors = vectors && reinterpret_cast<std::uintptr_t>(destination(set)) % 16 == 0;
-  const std::int64_t units = vectors ? elements / 8 : elements;
-  const std::int64_t sm_count = std::max(1, device.sm_count);
-  const auto grid = static_cast<unsigned>(std::clamp<std::int64_t>((units + 255) / 256, 1, 4 * sm_count));
 
   cuda::DeviceBuffer<std::uint8_t> codes, scales;
   std::optional<DeviceQuantizeWorkspace> quantize_workspace;  // only the quantizer's device state
@@ -103,14 +113,11 @@ Timing time_runner_after(GemmRunner& runner, const GemmProblem& problem, Predece
   }
   const auto run_predecessor = [&](int set, void* stream) {
     const std::uint16_t* in = act.get() + set_elements * set;
-    const cudaStream_t s = cuda::as_stream(stream);
     if (predecessor == Predecessor::quantize) {
       quantize_nvfp4_device(in, ElementType::bf16, problem.m, problem.k, ScaleLayout::swizzled_128x4, 1.0f,
                             codes.get(), scales.get(), *quantize_workspace, stream);
-    } else if (vectors) {
-      launch_copy_activations<uint4>(predecessor == Predecessor::norm_pdl, in, destination(set), units, grid, s);
     } else {
-      launch_copy_activations<std::uint16_t>(predecessor == Predecessor::norm_pdl, in, destination(set), units, grid, s);
+      launch_norm_stand_in(in, destination(set), elements, predecessor == Predecessor::norm_pdl, device, stream);
     }
   };
   const Timing alone = time_launch(run_predecessor, sets, device, options);

@@ -407,18 +407,21 @@ TEST(DecodeBackends, RunnersMatchTheReferenceOnEverySet) {
 // the data to refit the cost model in src/tune/decode_plan.cpp (docs/KERNELS-decode.md).
 // FP4GAP_SWEEP_FAMILY=streaming sweeps only the streaming configs (both maths), =register-w4a4 only
 // the register-prefetch configs with W4A4, both at M = 1, 4, 8, 16 (the policy's fits).
-// FP4GAP_SWEEP_AFTER=quantize times every W4A4 plan launched programmatically behind fp4gap's NVFP4
-// quantizer (which lets it launch at its start), less the quantizer alone: the order of a W4A4
-// layer in a serving graph (`fp4gap gemm --after quantize`), where the policy, fit back to back,
-// missed by ~3 us at 8192^2 M = 12 (PERF-LOG run 94); W4A16 is left out then. FP4GAP_SWEEP_M=1,12
-// replaces the list of M.
+// FP4GAP_SWEEP_AFTER=quantize times every W4A4 plan behind fp4gap's NVFP4 quantizer, less the
+// quantizer alone: the order of a W4A4 layer in a serving graph (`fp4gap gemm --after quantize`),
+// where the policy, fit back to back, missed by ~3 us at 8192^2 M = 12 (PERF-LOG run 94); =norm
+// and =norm-pdl every W4A16 plan behind the stand-in norm writing its activations (`--after`'s).
+// Behind a predecessor that lets it (quantize, norm-pdl) the plan launches programmatically; the
+// other math is left out. FP4GAP_SWEEP_M=1,12 replaces the list of M.
 TEST(DecodeGemm, DISABLED_SweepConfigsAndSplits) {
   REQUIRE_GPU();
   const char* family_env = std::getenv("FP4GAP_SWEEP_FAMILY");
   const std::string family = family_env != nullptr ? family_env : "";
   const bool only_streaming = family == "streaming", only_register_w4a4 = family == "register-w4a4";
   const char* after_env = std::getenv("FP4GAP_SWEEP_AFTER");
-  const bool after_quantizer = after_env != nullptr && std::string(after_env) == "quantize";
+  const Predecessor after = after_env != nullptr ? parse_predecessor(after_env) : Predecessor::itself;
+  const bool after_quantizer = after == Predecessor::quantize;
+  const bool after_norm = after == Predecessor::norm || after == Predecessor::norm_pdl;
   std::optional<DeviceQuantizeWorkspace> quantize_workspace;
   if (after_quantizer) quantize_workspace.emplace();
   const std::vector<std::int64_t> ms = sweep_ms_from_env(only_streaming || only_register_w4a4
@@ -429,6 +432,7 @@ TEST(DecodeGemm, DISABLED_SweepConfigsAndSplits) {
   };
   for (Math math : {Math::w4a16, Math::w4a4}) {
     if ((only_register_w4a4 || after_quantizer) && math != Math::w4a4) continue;
+    if (after_norm && math != Math::w4a16) continue;
     for (const Nk s : {Nk{2048, 6144}, Nk{4096, 6144}, Nk{6144, 2048}, Nk{8192, 8192}}) {
       for (const std::int64_t m : ms) {
         const GemmInputs in = make_gemm_inputs(problem_of(math, m, s.n, s.k, OutputType::bf16), 1);
@@ -442,10 +446,13 @@ TEST(DecodeGemm, DISABLED_SweepConfigsAndSplits) {
           CUDA_CHECK(cudaMemcpy(weights.get() + stride * i + w.codes.size(), w.scales.data(), w.scales.size(),
                                 cudaMemcpyHostToDevice));
         }
-        cuda::DeviceBuffer<std::uint8_t> a, a_scales;
+        cuda::DeviceBuffer<std::uint8_t> a, a_scales, norm_source;
         if (math == Math::w4a16) {
           a = cuda::DeviceBuffer<std::uint8_t>(in.a_bf16.size() * 2);
           a.upload(reinterpret_cast<const std::uint8_t*>(in.a_bf16.data()), a.size());
+          // The norm rewrites the activations with their own values, as --after norm does.
+          if (after_norm) norm_source = cuda::DeviceBuffer<std::uint8_t>(a.size());
+          if (after_norm) norm_source.upload(reinterpret_cast<const std::uint8_t*>(in.a_bf16.data()), a.size());
         } else {
           const Nvfp4Matrix am = with_layout(in.a_fp4, ScaleLayout::swizzled_128x4);
           a = cuda::DeviceBuffer<std::uint8_t>(am.codes);
@@ -454,10 +461,16 @@ TEST(DecodeGemm, DISABLED_SweepConfigsAndSplits) {
         cuda::DeviceBuffer<std::uint8_t> d(static_cast<std::size_t>(m * s.n * 2));
         // The quantizer's own buffers (0x3F3F: 0.746 in bf16), not the GEMM's input.
         cuda::DeviceBuffer<std::uint8_t> q_in, q_codes, q_scales;
-        Timing quantizer;  // zero unless timed
-        const auto quantize = [&](void* stream) {
-          quantize_nvfp4_device(q_in.get(), ElementType::bf16, m, s.k, ScaleLayout::swizzled_128x4, 1.0f, q_codes.get(),
-                                q_scales.get(), *quantize_workspace, stream);
+        Timing predecessor;  // zero unless timed
+        const auto run_predecessor = [&](void* stream) {
+          if (after_quantizer) {
+            quantize_nvfp4_device(q_in.get(), ElementType::bf16, m, s.k, ScaleLayout::swizzled_128x4, 1.0f,
+                                  q_codes.get(), q_scales.get(), *quantize_workspace, stream);
+          } else if (after_norm) {
+            launch_norm_stand_in(reinterpret_cast<const std::uint16_t*>(norm_source.get()),
+                                 reinterpret_cast<std::uint16_t*>(a.get()), m * s.k, after == Predecessor::norm_pdl, gpu(),
+                                 stream);
+          }
         };
         if (after_quantizer) {
           q_in = cuda::DeviceBuffer<std::uint8_t>(static_cast<std::size_t>(m * s.k * 2));
@@ -465,14 +478,18 @@ TEST(DecodeGemm, DISABLED_SweepConfigsAndSplits) {
           q_codes = cuda::DeviceBuffer<std::uint8_t>(static_cast<std::size_t>(m * s.k / 2));
           q_scales = cuda::DeviceBuffer<std::uint8_t>(
               static_cast<std::size_t>(scale_shape(ScaleLayout::swizzled_128x4, m, s.k).bytes()));
-          quantizer = time_launch([&](int, void* stream) { quantize(stream); }, sets, gpu(), TimingOptions{});
+        }
+        if (after != Predecessor::itself) {
+          predecessor = time_launch([&](int, void* stream) { run_predecessor(stream); }, sets, gpu(), TimingOptions{});
         }
         const Plan chosen = choose_plan(m, s.n, s.k, math, WeightLayout::shuffled, gpu());
         const double floor_us = weight_bytes / 4.27e6;
         std::printf("\n%s m%lld n%lld k%lld: weight floor %.2f us at 4.27 TB/s, %d weight sets; policy: %s%s\n",
                     std::string(to_string(math)).c_str(), static_cast<long long>(m), static_cast<long long>(s.n),
                     static_cast<long long>(s.k), floor_us, sets, chosen.describe().c_str(),
-                    after_quantizer ? "; behind the quantizer, launched programmatically, less the quantizer" : "");
+                    after == Predecessor::itself ? "" : ("; behind " + std::string(predecessor_description(after)) +
+                                                          (predecessor_allows_early_launch(after) ? ", launched programmatically" : "") +
+                                                          ", less it").c_str());
         for (int ci = 0; ci < static_cast<int>(tile_configs().size()); ++ci) {
           const TileConfig& config = tile_configs()[static_cast<std::size_t>(ci)];
           if (config.max_m() < m || !config.serves(WeightLayout::shuffled)) continue;
@@ -490,18 +507,18 @@ TEST(DecodeGemm, DISABLED_SweepConfigsAndSplits) {
             args.out_type = OutputType::bf16;
             args.workspace = workspace.get();
             args.workspace_bytes = static_cast<std::int64_t>(workspace.bytes());
-            args.programmatic_launch = after_quantizer;
+            args.programmatic_launch = predecessor_allows_early_launch(after);
             Timing t = time_launch(
                 [&](int set, void* stream) {
-                  if (after_quantizer) quantize(stream);
+                  run_predecessor(stream);
                   GemmArgs x = args;
                   x.w_codes = weights.get() + stride * static_cast<std::size_t>(set);
                   x.w_scales = x.w_codes + w.codes.size();
                   launch_gemm(plan, x, stream);
                 },
                 sets, gpu(), TimingOptions{});
-            t.graph.median_us -= quantizer.graph.median_us;
-            t.event.median_us -= quantizer.event.median_us;
+            t.graph.median_us -= predecessor.graph.median_us;
+            t.event.median_us -= predecessor.event.median_us;
             std::printf("  %s%-118s graph %7.2f us (%5.1f%% of floor)  event %7.2f us  model %6.2f us\n",
                         plan.config_index == chosen.config_index && plan.split_k == chosen.split_k ? "* " : "  ",
                         plan.describe().c_str(), t.graph.median_us, 100.0 * floor_us / t.graph.median_us,

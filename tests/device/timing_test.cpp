@@ -185,6 +185,33 @@ TEST(Timing, RunnerBehindEachPredecessor) {
   }
 }
 
+// The stand-in norm of `--after norm|norm-pdl` copies every element, on its vector path (16-byte
+// aligned, a multiple of 8) and its scalar one (an odd count from an odd offset), and writes
+// nothing past them (the GEMM sweeps also run it on their activations).
+TEST(Timing, NormStandInCopiesEveryElementAndNothingElse) {
+  REQUIRE_GPU();
+  const std::int64_t total = 4099;
+  std::vector<std::uint16_t> in(total);
+  for (std::int64_t i = 0; i < total; ++i) in[static_cast<std::size_t>(i)] = static_cast<std::uint16_t>(i * 2654435761u >> 16);
+  struct Case {
+    std::int64_t offset, elements;
+    bool allow_next;
+  };
+  for (const Case c : {Case{0, 4096, false}, Case{0, 4096, true}, Case{1, 4097, false}, Case{3, 7, true}}) {
+    SCOPED_TRACE("offset " + std::to_string(c.offset) + ", " + std::to_string(c.elements) + " elements");
+    cuda::DeviceBuffer<std::uint16_t> src(in), dst(static_cast<std::size_t>(total));
+    dst.fill_bytes(0xFF);
+    cuda::Stream stream;
+    launch_norm_stand_in(src.get() + c.offset, dst.get() + c.offset, c.elements, c.allow_next, gpu(), stream.as_void());
+    stream.synchronize();
+    const std::vector<std::uint16_t> out = dst.download();
+    for (std::int64_t i = 0; i < total; ++i) {
+      const bool copied = i >= c.offset && i < c.offset + c.elements;
+      ASSERT_EQ(out[static_cast<std::size_t>(i)], copied ? in[static_cast<std::size_t>(i)] : 0xFFFF) << "element " << i;
+    }
+  }
+}
+
 // The decode runner launched programmatically behind a norm that lets it start early (as `fp4gap
 // gemm --after norm-pdl` asks it to): every set's output is still the GEMM, the config says so.
 // (That the kernel waits for the previous kernel's writes: DecodeGemm.ProgrammaticLaunch*.)

@@ -20,6 +20,7 @@
 // subnormal 0.5 landing on a BF16 (FP16) subnormal. One multiply by the block scale times 2^119
 // (FP16: 2^7), exact in BF16 (FP16), gives e2m1 * scale * 2^-7, exact and normal in BF16 (in FP16
 // it may be subnormal, still exact). The 2^7 per dequantized operand goes into alpha.
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -344,6 +345,15 @@ Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, Math math, Weig
 // (streaming; register-prefetch with W4A4 at M <= 16) rather than the unfitted first-principles
 // model, which underestimates the register-prefetch kernel several times over.
 bool cost_model_is_fitted(const TileConfig& config, Math math);
+// The fitted model is linear: estimate_plan_us is the dot product of a plan's features with its
+// config's constants (microseconds per unit of each feature), which is what a refit to a sweep
+// solves for (tests/host/decode_cost_fit_test.cpp reproduces the W4A4 constants from their sweep).
+// Features: 1, [split > 1], split, then streaming: the busiest SM's chunks, the same x (rows - 1),
+// the same x max(0, 8 / resident warps - 1); register-prefetch: waves x a block's chunks, the same
+// x (rows - 1), the busiest SM's chunks. Both throw InvalidArgument where the model is not fitted.
+using FittedCost = std::array<double, 6>;
+FittedCost fitted_cost_features(const Plan& plan, const DeviceContext& device);
+FittedCost fitted_cost_constants(const TileConfig& config, Math math);
 // The model's estimate for a plan, in microseconds on a device like the H200 (for tests/tuning).
 double estimate_plan_us(const Plan& plan, const DeviceContext& device);
 // Chunks the busiest SM streams when blocks go, in launch order, to the least loaded SM.

@@ -211,18 +211,19 @@ constexpr double kWeightBytesPerValue = 0.5 + 1.0 / kBlockSize;
 // split plus a cost per split), and the busiest SM's chunks, each costing more per activation row
 // and more when fewer than 8 warps are resident on the SM (too few to hide the dequantize-mma
 // latency). The constants are what was measured; they are not derived.
+// Constants in the order of fitted_cost_features: fixed, split step, per split, chunk, chunk per
+// extra row, chunk when thin.
 struct StreamCost {
   int mt, nt, warps;
-  double fixed_us, split_step_us, per_split_us;
-  double chunk_us, chunk_row_us, chunk_thin_us;
+  FittedCost us;
 };
 constexpr StreamCost kStreamCosts[] = {
-    {1, 1, 8, 1.1057, 1.5084, 1.0513, 0.5159, 0.0433, 0.0000},
-    {2, 1, 8, 1.4554, 2.3047, 0.6160, 0.8524, 0.0300, 0.0000},
-    {1, 1, 4, 1.6934, 1.5956, 0.6385, 0.2041, 0.0164, 0.0598},
-    {1, 1, 16, 0.0000, 0.0000, 3.1421, 1.2464, 0.0768, 0.0000},
-    {1, 2, 4, 0.3398, 2.3199, 0.7737, 0.2987, 0.0197, 0.0969},
-    {2, 2, 4, 1.3897, 2.6377, 1.0106, 0.4462, 0.0143, 0.0000},
+    {1, 1, 8, {1.1057, 1.5084, 1.0513, 0.5159, 0.0433, 0.0000}},
+    {2, 1, 8, {1.4554, 2.3047, 0.6160, 0.8524, 0.0300, 0.0000}},
+    {1, 1, 4, {1.6934, 1.5956, 0.6385, 0.2041, 0.0164, 0.0598}},
+    {1, 1, 16, {0.0000, 0.0000, 3.1421, 1.2464, 0.0768, 0.0000}},
+    {1, 2, 4, {0.3398, 2.3199, 0.7737, 0.2987, 0.0197, 0.0969}},
+    {2, 2, 4, {1.3897, 2.6377, 1.0106, 0.4462, 0.0143, 0.0000}},
 };
 // W4A4 on the streaming kernel, behind its FP16 activation pass, and the register-prefetch W4A4
 // constants below: fitted together to PERF-LOG run 96's sweep of both families (docs/data/
@@ -235,20 +236,15 @@ constexpr StreamCost kStreamCosts[] = {
 // plans at 8192 x 8192, M = 12 and 6144 x 2048, M = 1 behind the quantizer. These picks are
 // 0.4% above the sweep's fastest on average (the earlier constants 1.6% on the same sweep), and
 // 0.9% above the fastest on run 84's back-to-back sweep, which they were not fit to (before: 1.4%).
+// tests/host/decode_cost_fit_test.cpp refits them from that file (nonnegative_least_squares).
 constexpr StreamCost kStreamCostsW4a4[] = {
-    {1, 1, 8, 1.7090, 0.2624, 1.5681, 0.4173, 0.0399, 0.0000},
-    {2, 1, 8, 3.2002, 1.6618, 0.7821, 0.7066, 0.0218, 0.0000},
-    {1, 1, 4, 3.2197, 0.9426, 0.6303, 0.1732, 0.0139, 0.0520},
-    {1, 1, 16, 0.0000, 2.7078, 2.3687, 1.3586, 0.0893, 0.0000},
-    {1, 2, 4, 1.5587, 1.4468, 0.9784, 0.2599, 0.0201, 0.0674},
-    {2, 2, 4, 3.0746, 1.6891, 1.2478, 0.3405, 0.0165, 0.0326},
+    {1, 1, 8, {1.7090, 0.2624, 1.5681, 0.4173, 0.0399, 0.0000}},
+    {2, 1, 8, {3.2002, 1.6618, 0.7821, 0.7066, 0.0218, 0.0000}},
+    {1, 1, 4, {3.2197, 0.9426, 0.6303, 0.1732, 0.0139, 0.0520}},
+    {1, 1, 16, {0.0000, 2.7078, 2.3687, 1.3586, 0.0893, 0.0000}},
+    {1, 2, 4, {1.5587, 1.4468, 0.9784, 0.2599, 0.0201, 0.0674}},
+    {2, 2, 4, {3.0746, 1.6891, 1.2478, 0.3405, 0.0165, 0.0326}},
 };
-const StreamCost& stream_cost(const TileConfig& c, Math math) {
-  for (const StreamCost& s : math == Math::w4a4 ? kStreamCostsW4a4 : kStreamCosts) {
-    if (s.mt == c.mt && s.nt == c.nt && s.warps == c.warps) return s;
-  }
-  throw std::logic_error("decode: no fitted cost for streaming config " + c.name(math, WeightLayout::shuffled));
-}
 
 // Register-prefetch kernel with W4A4, M <= 16: per configuration, fit as the streaming W4A4
 // constants above (run 96; first fit to run 21's back-to-back sweep, where the first-principles
@@ -256,25 +252,50 @@ const StreamCost& stream_cost(const TileConfig& c, Math math) {
 // (SMs x resident blocks): a wave costs a block's chunks (each more per activation row), and the
 // busiest SM's chunks add the bandwidth its co-resident blocks share. The constants are what was
 // measured.
+// Constants in the order of fitted_cost_features: fixed, split step, per split, a wave's block
+// chunk, the same per extra row, the busiest SM's chunk.
 struct RegisterW4a4Cost {
   int mt, nt, warps, k_warps;
-  double fixed_us, split_step_us, per_split_us;
-  double chunk_us, chunk_row_us, busiest_chunk_us;
+  FittedCost us;
 };
 constexpr RegisterW4a4Cost kRegisterW4a4Costs[] = {
-    {1, 1, 8, 8, 1.0220, 0.0000, 1.1982, 0.4826, 0.1037, 0.7962},
-    {1, 1, 8, 4, 1.0235, 1.0333, 0.4130, 0.8248, 0.0435, 0.6025},
-    {1, 1, 4, 1, 2.2073, 0.7301, 0.0827, 0.7776, 0.0080, 0.2878},
-    {1, 2, 8, 8, 0.0000, 1.2907, 0.9525, 0.6557, 0.0579, 0.4501},
-    {1, 2, 8, 4, 1.5063, 1.3853, 0.4211, 0.5866, 0.0622, 0.7917},
-    {1, 2, 4, 1, 2.2751, 1.3977, 0.1200, 0.7183, 0.0130, 0.3603},
+    {1, 1, 8, 8, {1.0220, 0.0000, 1.1982, 0.4826, 0.1037, 0.7962}},
+    {1, 1, 8, 4, {1.0235, 1.0333, 0.4130, 0.8248, 0.0435, 0.6025}},
+    {1, 1, 4, 1, {2.2073, 0.7301, 0.0827, 0.7776, 0.0080, 0.2878}},
+    {1, 2, 8, 8, {0.0000, 1.2907, 0.9525, 0.6557, 0.0579, 0.4501}},
+    {1, 2, 8, 4, {1.5063, 1.3853, 0.4211, 0.5866, 0.0622, 0.7917}},
+    {1, 2, 4, 1, {2.2751, 1.3977, 0.1200, 0.7183, 0.0130, 0.3603}},
 };
-const RegisterW4a4Cost* register_w4a4_cost(const TileConfig& c, Math math) {
-  if (math != Math::w4a4 || c.streaming()) return nullptr;
+
+// The fitted constants of a config, or null where its model is the first-principles one.
+const FittedCost* fitted_cost(const TileConfig& c, Math math) {
+  if (c.streaming()) {
+    for (const StreamCost& s : math == Math::w4a4 ? kStreamCostsW4a4 : kStreamCosts) {
+      if (s.mt == c.mt && s.nt == c.nt && s.warps == c.warps) return &s.us;
+    }
+    throw std::logic_error("decode: no fitted cost for streaming config " + c.name(math, WeightLayout::shuffled));
+  }
+  if (math != Math::w4a4) return nullptr;
   for (const RegisterW4a4Cost& r : kRegisterW4a4Costs) {
-    if (r.mt == c.mt && r.nt == c.nt && r.warps == c.warps && r.k_warps == c.k_warps) return &r;
+    if (r.mt == c.mt && r.nt == c.nt && r.warps == c.warps && r.k_warps == c.k_warps) return &r.us;
   }
   return nullptr;
+}
+
+// Blocks of the plan resident on an SM at once (its min-blocks bound, its shared memory, and the
+// blocks there are), and the slots one wave of blocks fills.
+struct Residency {
+  double resident, wave_slots;
+};
+Residency residency(const Plan& p, const DeviceContext& device) {
+  const double sms = device.sm_count > 0 ? device.sm_count : 1;
+  const TileConfig& c = p.config;
+  const double smem_limited = device.smem_per_block_optin > 0
+                                  ? std::floor(static_cast<double>(device.smem_per_block_optin) /
+                                               static_cast<double>(c.smem_bytes(p.math)))
+                                  : c.min_blocks_per_sm;
+  const double per_sm = std::max(1.0, std::min(static_cast<double>(c.min_blocks_per_sm), smem_limited));
+  return {std::max(1.0, std::min(per_sm, std::ceil(static_cast<double>(p.blocks()) / sms))), sms * per_sm};
 }
 
 bool on_swept_ladder(std::int64_t split) {
@@ -285,8 +306,30 @@ bool on_swept_ladder(std::int64_t split) {
 
 }  // namespace
 
-bool cost_model_is_fitted(const TileConfig& config, Math math) {
-  return config.streaming() || register_w4a4_cost(config, math) != nullptr;
+bool cost_model_is_fitted(const TileConfig& config, Math math) { return fitted_cost(config, math) != nullptr; }
+
+FittedCost fitted_cost_constants(const TileConfig& config, Math math) {
+  const FittedCost* f = fitted_cost(config, math);
+  if (f == nullptr) throw InvalidArgument("decode: no fitted cost model for " + config.name(math, WeightLayout::shuffled));
+  return *f;
+}
+
+FittedCost fitted_cost_features(const Plan& p, const DeviceContext& device) {
+  if (!cost_model_is_fitted(p.config, p.math)) {
+    throw InvalidArgument("decode: no fitted cost model for " + p.describe());
+  }
+  const TileConfig& c = p.config;
+  const Residency r = residency(p, device);
+  const double chunks = busiest_sm_chunks(p, device.sm_count);
+  const double extra_rows = std::min<double>(static_cast<double>(p.m), c.max_m()) - 1.0;
+  const double split = p.split_k;
+  if (c.streaming()) {
+    const double thin = std::max(0.0, kWarpsForFullBandwidth / (r.resident * c.warps) - 1.0);
+    return {1.0, split > 1 ? 1.0 : 0.0, split, chunks, chunks * extra_rows, chunks * thin};
+  }
+  const double waves = std::ceil(static_cast<double>(p.blocks()) / r.wave_slots);
+  const double block_chunks = std::ceil(static_cast<double>(p.k_chunks) / split);
+  return {1.0, split > 1 ? 1.0 : 0.0, split, waves * block_chunks, waves * block_chunks * extra_rows, chunks};
 }
 
 double busiest_sm_chunks(const Plan& p, int sm_count) {
@@ -312,7 +355,14 @@ double busiest_sm_chunks(const Plan& p, int sm_count) {
 }
 
 double estimate_plan_us(const Plan& p, const DeviceContext& device) {
+  if (const FittedCost* f = fitted_cost(p.config, p.math)) {
+    const FittedCost x = fitted_cost_features(p, device);
+    double us = 0.0;
+    for (std::size_t i = 0; i < x.size(); ++i) us += x[i] * (*f)[i];
+    return us;
+  }
   const double sms = device.sm_count > 0 ? device.sm_count : 1;
+  // The register-prefetch kernel elsewhere: the first-principles model (never fit).
   const TileConfig& c = p.config;
   // Per chunk of one block: weight bytes from HBM; activations (re-read by every block) and the
   // fp32 partials (written, read back) from L2: the workspace is rewritten by the next launch
@@ -326,29 +376,7 @@ double estimate_plan_us(const Plan& p, const DeviceContext& device) {
 
   const double chunks = busiest_sm_chunks(p, static_cast<int>(sms));
   const double blocks_per_sm = static_cast<double>(p.blocks()) / sms;
-  const double smem_limited = device.smem_per_block_optin > 0
-                                  ? std::floor(static_cast<double>(device.smem_per_block_optin) /
-                                               static_cast<double>(c.smem_bytes(p.math)))
-                                  : c.min_blocks_per_sm;
-  const double resident = std::max(1.0, std::min({static_cast<double>(c.min_blocks_per_sm), smem_limited,
-                                                  std::ceil(blocks_per_sm)}));
-  if (c.streaming()) {
-    const StreamCost& sc = stream_cost(c, p.math);
-    const double rows_copied = std::min<double>(static_cast<double>(p.m), m_pad);
-    const double resident_warps = resident * c.warps;
-    const double per_chunk = sc.chunk_us + sc.chunk_row_us * (rows_copied - 1.0) +
-                             sc.chunk_thin_us * std::max(0.0, kWarpsForFullBandwidth / resident_warps - 1.0);
-    return sc.fixed_us + (p.split_k > 1 ? sc.split_step_us : 0.0) + sc.per_split_us * p.split_k + chunks * per_chunk;
-  }
-  if (const RegisterW4a4Cost* rc = register_w4a4_cost(c, p.math)) {
-    const double slots = sms * std::max(1.0, std::min(static_cast<double>(c.min_blocks_per_sm), smem_limited));
-    const double waves = std::ceil(static_cast<double>(p.blocks()) / slots);
-    const double block_chunks = std::ceil(static_cast<double>(p.k_chunks) / p.split_k);
-    const double rows_copied = std::min<double>(static_cast<double>(p.m), m_pad);
-    return rc->fixed_us + (p.split_k > 1 ? rc->split_step_us : 0.0) + rc->per_split_us * p.split_k +
-           waves * block_chunks * (rc->chunk_us + rc->chunk_row_us * (rows_copied - 1.0)) + rc->busiest_chunk_us * chunks;
-  }
-  // The register-prefetch kernel elsewhere: the first-principles model (never fit).
+  const double resident = residency(p, device).resident;
   const double efficiency = std::min(1.0, resident * c.warps / kWarpsForFullBandwidth);
   const double memory_us = chunks * chunk_hbm_bytes / (kMemoryBytesPerUs / sms) / efficiency;
   const double l2_us = (chunks * chunk_l2_bytes + 2 * std::ceil(blocks_per_sm) * partial_bytes) / (kL2BytesPerUs / sms);

@@ -424,6 +424,11 @@ TEST(DecodeGemm, DISABLED_SweepConfigsAndSplits) {
   const bool after_norm = after == Predecessor::norm || after == Predecessor::norm_pdl;
   std::optional<DeviceQuantizeWorkspace> quantize_workspace;
   if (after_quantizer) quantize_workspace.emplace();
+  const std::string after_note =
+      after == Predecessor::itself
+          ? ""
+          : "; behind " + std::string(predecessor_description(after)) +
+                (predecessor_allows_early_launch(after) ? ", launched programmatically" : "") + ", less it";
   const std::vector<std::int64_t> ms = sweep_ms_from_env(only_streaming || only_register_w4a4
                                                               ? std::vector<std::int64_t>{1, 4, 8, 16}
                                                               : std::vector<std::int64_t>{1, 8, 16, 32, 64});
@@ -450,9 +455,10 @@ TEST(DecodeGemm, DISABLED_SweepConfigsAndSplits) {
         if (math == Math::w4a16) {
           a = cuda::DeviceBuffer<std::uint8_t>(in.a_bf16.size() * 2);
           a.upload(reinterpret_cast<const std::uint8_t*>(in.a_bf16.data()), a.size());
-          // The norm rewrites the activations with their own values, as --after norm does.
-          if (after_norm) norm_source = cuda::DeviceBuffer<std::uint8_t>(a.size());
-          if (after_norm) norm_source.upload(reinterpret_cast<const std::uint8_t*>(in.a_bf16.data()), a.size());
+          if (after_norm) {  // the norm rewrites the activations with their own values, as --after norm does
+            norm_source = cuda::DeviceBuffer<std::uint8_t>(a.size());
+            norm_source.upload(reinterpret_cast<const std::uint8_t*>(in.a_bf16.data()), a.size());
+          }
         } else {
           const Nvfp4Matrix am = with_layout(in.a_fp4, ScaleLayout::swizzled_128x4);
           a = cuda::DeviceBuffer<std::uint8_t>(am.codes);
@@ -487,9 +493,7 @@ TEST(DecodeGemm, DISABLED_SweepConfigsAndSplits) {
         std::printf("\n%s m%lld n%lld k%lld: weight floor %.2f us at 4.27 TB/s, %d weight sets; policy: %s%s\n",
                     std::string(to_string(math)).c_str(), static_cast<long long>(m), static_cast<long long>(s.n),
                     static_cast<long long>(s.k), floor_us, sets, chosen.describe().c_str(),
-                    after == Predecessor::itself ? "" : ("; behind " + std::string(predecessor_description(after)) +
-                                                          (predecessor_allows_early_launch(after) ? ", launched programmatically" : "") +
-                                                          ", less it").c_str());
+                    after_note.c_str());
         for (int ci = 0; ci < static_cast<int>(tile_configs().size()); ++ci) {
           const TileConfig& config = tile_configs()[static_cast<std::size_t>(ci)];
           if (config.max_m() < m || !config.serves(WeightLayout::shuffled)) continue;

@@ -67,6 +67,7 @@ int input_sets_for_cold_cache(double bytes_per_set, std::int64_t l2_bytes, int m
 enum class Predecessor { itself, norm, norm_pdl, quantize };
 std::string_view to_string(Predecessor p);          // "itself", "norm", "norm-pdl", "quantize"
 Predecessor parse_predecessor(std::string_view s);  // throws InvalidArgument listing the names
+std::vector<std::string_view> predecessor_names();    // in enum order, as parse_predecessor reads them
 std::string_view predecessor_description(Predecessor p);  // one phrase, for report headers
 // Whether `p` lets the next kernel launch while it runs (norm_pdl, the quantizer): a GEMM timed
 // behind it is asked to launch programmatically (GemmRunner::request_programmatic_launch), as a

@@ -126,6 +126,12 @@ bool predecessor_allows_early_launch(Predecessor p) {
   return p == Predecessor::norm_pdl || p == Predecessor::quantize;
 }
 
+std::vector<std::string_view> predecessor_names() {
+  std::vector<std::string_view> names;
+  for (const PredecessorName& e : kPredecessors) names.push_back(e.name);
+  return names;
+}
+
 Predecessor parse_predecessor(std::string_view s) {
   std::string names;
   for (const PredecessorName& e : kPredecessors) {

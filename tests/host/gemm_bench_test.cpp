@@ -340,6 +340,7 @@ TEST(Timing, PredecessorNamesRoundTrip) {
     EXPECT_EQ(parse_predecessor(to_string(p)), p) << to_string(p);
   }
   EXPECT_EQ(to_string(Predecessor::norm_pdl), "norm-pdl");
+  EXPECT_EQ(predecessor_names(), (std::vector<std::string_view>{"itself", "norm", "norm-pdl", "quantize"}));
   try {
     parse_predecessor("gelu");
     FAIL() << "an unknown predecessor was accepted";

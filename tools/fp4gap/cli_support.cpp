@@ -125,11 +125,13 @@ GemmBenchOptions gemm_bench_options(const DeviceContext& device) {
 }
 
 void add_after_option(CLI::App& cmd, std::string& after) {
+  std::vector<std::string> names;
+  for (const std::string_view name : predecessor_names()) names.emplace_back(name);
   cmd.add_option("--after", after,
                  "what runs before each timed GPU launch: itself (the same GEMM back to back; default), norm (an "
                  "elementwise kernel over the M x K bf16 activations), norm-pdl (the same, letting the GEMM launch "
                  "early), quantize (the NVFP4 activation quantizer)")
-      ->check(CLI::IsMember({"itself", "norm", "norm-pdl", "quantize"}));
+      ->check(CLI::IsMember(names));
 }
 
 void apply_after_option(const std::string& after, GemmBenchOptions& options, std::vector<std::string>& notes) {

@@ -366,6 +366,16 @@ TEST(Cli, DiagnoseRejectsUnknownFormatsOnAnyMachine) {
   EXPECT_TRUE(has(r.err, "w4a8")) << "the message quotes the value: " << r.err;
 }
 
+TEST(Cli, DiagnoseTakesAPresetAndRejectsAnUnknownOne) {
+  const CliResult bad = run_cli("diagnose --preset glm6");
+  EXPECT_EQ(bad.code, 2) << bad.out << bad.err;
+  EXPECT_TRUE(has(bad.err, "--preset: glm6 not in {glm5,deepseek-v3}")) << bad.err;
+  if (device_present()) return;  // with a device, diagnose runs the full GPU benchmark (device batch)
+  const CliResult r = run_cli("diagnose --preset deepseek-v3");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(has(r.out, "4 rows: 4 passed, 0 BROKEN")) << r.out;
+}
+
 TEST(Cli, DiagnoseWithoutADeviceChecksTheCpuPipeline) {
   if (device_present()) GTEST_SKIP() << "with a device, diagnose runs the full GPU benchmark (device batch)";
   const CliResult r = run_cli("diagnose");

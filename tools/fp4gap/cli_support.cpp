@@ -200,14 +200,18 @@ void add_shape_options(CLI::App& cmd, std::string& m, std::string& n, std::strin
   cmd.add_option("--m", m, "M values: list/ranges, e.g. 1,16,64 or 16:4096:x2 or 128:1024:+128");
   cmd.add_option("--n", n, "N values (same syntax)");
   cmd.add_option("--k", k, "K values (same syntax)");
+  add_preset_option(cmd, preset);
+  cmd.add_option("--tp", tp, "tensor-parallel degree splitting the preset's intermediate dimension")
+      ->check(CLI::PositiveNumber);
+}
+
+void add_preset_option(CLI::App& cmd, std::string& preset) {
   std::vector<std::string> presets;
   for (const std::string_view name : preset_names()) presets.emplace_back(name);
   cmd.add_option("--preset", preset,
                  "named shape set: an MoE model's expert weights W13 and W2 over M (glm5 adds the seed shape; "
                  "deepseek-v3: hidden 7168, intermediate 2048)")
       ->check(CLI::IsMember(presets));
-  cmd.add_option("--tp", tp, "tensor-parallel degree splitting the preset's intermediate dimension")
-      ->check(CLI::PositiveNumber);
 }
 
 std::vector<GemmCase> shape_cases(const std::string& m, const std::string& n, const std::string& k,

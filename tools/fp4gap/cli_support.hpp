@@ -48,6 +48,8 @@ void row_line(const GemmRow& row);
 
 // Registers --m, --n, --k, --preset and --tp, the options shape_cases reads.
 void add_shape_options(CLI::App& cmd, std::string& m, std::string& n, std::string& k, std::string& preset, int& tp);
+// --preset alone, checked against presets.hpp's names.
+void add_preset_option(CLI::App& cmd, std::string& preset);
 
 // The shapes of a command's --m/--n/--k (every combination) or of --preset [--m] [--tp], with
 // the operand formats and output type of `formats`. Throws InvalidArgument naming the rule when

@@ -1,5 +1,5 @@
-// fp4gap diagnose: the main job. With a CUDA device: ceilings, then every backend on the glm5
-// shapes at decode/mid/prefill M, then a verdict per shape. Without one: says so plainly and
+// fp4gap diagnose: the main job. With a CUDA device: ceilings, then every backend on a preset's
+// shapes (glm5 unless --preset says otherwise) at decode/mid/prefill M, then a verdict per shape. Without one: says so plainly and
 // checks the verification pipeline with the CPU reference on small problems.
 #include <iostream>
 #include <memory>
@@ -17,6 +17,7 @@ namespace fp4gap::cli {
 namespace {
 
 struct DiagnoseArgs {
+  std::string preset = "glm5";
   std::string m = "16,512,4096";
   std::string formats = "w4a4,w4a16";
   int tp = 1;
@@ -111,7 +112,7 @@ int diagnose_with_device(const DeviceContext& device, const DiagnoseArgs& a, std
   const std::vector<std::int64_t> ms = parse_range_list(a.m);
   std::vector<GemmCase> cases;
   for (const GemmProblem& formats : diagnose_formats(a.formats)) {
-    for (const PresetShape& s : preset_shapes("glm5", a.tp, formats, ms)) cases.push_back({s.name, s.problem, s.status});
+    for (const PresetShape& s : preset_shapes(a.preset, a.tp, formats, ms)) cases.push_back({s.name, s.problem, s.status});
   }
   std::vector<GemmBackend*> backends;
   for (GemmBackend* b : gemm_backends()) {
@@ -142,8 +143,10 @@ void run_diagnose(const DiagnoseArgs& a) {
 void add_diagnose_command(CLI::App& app) {
   auto args = std::make_shared<DiagnoseArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "diagnose", "The main job: ceilings, every backend on the glm5 shapes, and a verdict per shape");
-  cmd->add_option("--m", args->m, "M values of the glm5 shapes (list/ranges)");
+      "diagnose", "The main job: ceilings, every backend on a model's expert shapes (glm5 by default), and a verdict "
+                  "per shape");
+  add_preset_option(*cmd, args->preset);
+  cmd->add_option("--m", args->m, "M values of the preset's shapes (list/ranges)");
   cmd->add_option("--formats", args->formats, "operand formats of the table: w4a4, w4a16 or both (comma-separated)");
   cmd->add_option("--tp", args->tp, "tensor-parallel degree splitting the intermediate dimension")->check(CLI::PositiveNumber);
   cmd->add_option("--seed", args->seed, "input seed");

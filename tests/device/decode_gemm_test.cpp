@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -412,7 +413,9 @@ TEST(DecodeBackends, RunnersMatchTheReferenceOnEverySet) {
 // where the policy, fit back to back, missed by ~3 us at 8192^2 M = 12 (PERF-LOG run 94); =norm
 // and =norm-pdl every W4A16 plan behind the stand-in norm writing its activations (`--after`'s).
 // Behind a predecessor that lets it (quantize, norm-pdl) the plan launches programmatically; the
-// other math is left out. FP4GAP_SWEEP_M=1,12 replaces the list of M.
+// other math is left out. FP4GAP_SWEEP_M=1,12 replaces the list of M. FP4GAP_SWEEP_CSV=FILE also
+// writes every plan as a row of docs/data/decode-sweep-*.csv (the format the cost fit's host test
+// reads: math, m, n, k, family, tile "nR mM kC", warps, split, graph_us, model_us, policy_pick).
 TEST(DecodeGemm, DISABLED_SweepConfigsAndSplits) {
   REQUIRE_GPU();
   const char* family_env = std::getenv("FP4GAP_SWEEP_FAMILY");
@@ -422,6 +425,12 @@ TEST(DecodeGemm, DISABLED_SweepConfigsAndSplits) {
   const Predecessor after = after_env != nullptr ? parse_predecessor(after_env) : Predecessor::itself;
   const bool after_quantizer = after == Predecessor::quantize;
   const bool after_norm = after == Predecessor::norm || after == Predecessor::norm_pdl;
+  std::ofstream csv;
+  if (const char* path = std::getenv("FP4GAP_SWEEP_CSV")) {
+    csv.open(path);
+    ASSERT_TRUE(csv.good()) << "FP4GAP_SWEEP_CSV: cannot write " << path;
+    csv << "math,m,n,k,family,tile,warps,split,graph_us,model_us,policy_pick\n";
+  }
   std::optional<DeviceQuantizeWorkspace> quantize_workspace;
   if (after_quantizer) quantize_workspace.emplace();
   const std::string after_note =
@@ -523,10 +532,20 @@ TEST(DecodeGemm, DISABLED_SweepConfigsAndSplits) {
                 sets, gpu(), TimingOptions{});
             t.graph.median_us -= predecessor.graph.median_us;
             t.event.median_us -= predecessor.event.median_us;
+            const bool picked = plan.config_index == chosen.config_index && plan.split_k == chosen.split_k;
+            const double model_us = estimate_plan_us(plan, gpu());
             std::printf("  %s%-118s graph %7.2f us (%5.1f%% of floor)  event %7.2f us  model %6.2f us\n",
-                        plan.config_index == chosen.config_index && plan.split_k == chosen.split_k ? "* " : "  ",
-                        plan.describe().c_str(), t.graph.median_us, 100.0 * floor_us / t.graph.median_us,
-                        t.event.median_us, estimate_plan_us(plan, gpu()));
+                        picked ? "* " : "  ", plan.describe().c_str(), t.graph.median_us,
+                        100.0 * floor_us / t.graph.median_us, t.event.median_us, model_us);
+            if (csv.is_open()) {
+              char row[256];
+              std::snprintf(row, sizeof row, "%s,%lld,%lld,%lld,%s,n%d m%d k%d,%d,%d,%.2f,%.2f,%d\n",
+                            std::string(to_string(math)).c_str(), static_cast<long long>(m),
+                            static_cast<long long>(s.n), static_cast<long long>(s.k),
+                            config.streaming() ? "streaming" : "register", config.rows_per_block(), config.max_m(),
+                            config.chunk_k(), config.warps, plan.split_k, t.graph.median_us, model_us, picked ? 1 : 0);
+              csv << row;
+            }
           }
         }
       }

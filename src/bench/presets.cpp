@@ -18,6 +18,7 @@ struct ModelShapes {
 constexpr std::array<ModelShapes, 2> kModels = {ModelShapes{"glm5", 6144, 2048, true},
                                                 ModelShapes{"deepseek-v3", 7168, 2048, false}};
 constexpr std::array<std::int64_t, 10> kPresetM = {1, 16, 32, 64, 128, 256, 512, 1024, 4096, 8192};
+constexpr std::int64_t kSeedN = 2048, kSeedK = 6144;
 
 const ModelShapes& model_of(std::string_view preset) {
   for (const ModelShapes& m : kModels) {
@@ -70,7 +71,7 @@ std::vector<PresetShape> preset_shapes(std::string_view preset, int tp, const Ge
   weights.push_back({"W2", whole(model.hidden), split_by_tp(model.intermediate, tp, "W2 K (intermediate)")});
   // The seed shape is the project's fixed benchmark point (KERNEL-NOTES compares every kernel at
   // M=512 on it), so tp leaves it alone: its tp-split form is W13 at 2*tp anyway.
-  if (model.seed) weights.push_back({"seed", whole(2048), whole(6144)});
+  if (model.seed) weights.push_back({"seed", whole(kSeedN), whole(kSeedK)});
 
   std::vector<PresetShape> out;
   for (const Weight& w : weights) {

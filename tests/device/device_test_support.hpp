@@ -59,7 +59,6 @@ inline std::vector<float> output_as_float(const std::vector<std::uint8_t>& raw, 
   return out;
 }
 
-// "<what>, seed S; repro: <command running the current test>", for failure messages.
 // The sweeps' FP4GAP_SWEEP_M: a comma-separated list of M that replaces the sweep's own list.
 // Throws on anything else, so that a typo does not silently sweep the default list.
 inline std::vector<std::int64_t> sweep_ms_from_env(std::vector<std::int64_t> defaults) {
@@ -78,6 +77,7 @@ inline std::vector<std::int64_t> sweep_ms_from_env(std::vector<std::int64_t> def
   return ms;
 }
 
+// "<what>, seed S; repro: <command running the current test>", for failure messages.
 inline std::string repro(const std::string& what, std::uint64_t seed) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   std::ostringstream os;

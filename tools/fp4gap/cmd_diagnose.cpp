@@ -1,6 +1,7 @@
 // fp4gap diagnose: the main job. With a CUDA device: ceilings, then every backend on a preset's
-// shapes (glm5 unless --preset says otherwise) at decode/mid/prefill M, then a verdict per shape. Without one: says so plainly and
-// checks the verification pipeline with the CPU reference on small problems.
+// shapes (glm5 unless --preset says otherwise) at decode/mid/prefill M, then a verdict per shape.
+// Without one: says so plainly and checks the verification pipeline with the CPU reference on
+// small problems.
 #include <iostream>
 #include <memory>
 #include <sstream>

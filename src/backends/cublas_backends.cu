@@ -114,7 +114,6 @@ class DeviceOutputs {
   DeviceBuffer<std::uint8_t> buffer_;
 };
 
-
 // ================================ cublas-bf16 ================================
 
 class CublasHandle {

@@ -28,7 +28,6 @@ namespace {
 using cuda::DeviceBuffer;
 using cuda::upload_sets;
 
-
 class PrefillRunner final : public GemmRunner {
  public:
   PrefillRunner(const GemmInputs& in, int sets, bool w4a4, const DeviceContext& device)

@@ -277,6 +277,9 @@ struct TileConfig {
   std::int64_t reduction_scratch_bytes() const;  // accumulators of the warps with k part > 0
   // e.g. "sm80+ mma.sync w4a16 bf16 x nvfp4(shuffled) -> bf16 mma tile n64 m8 k256, 4 warps x 1 m16, 2 stages"
   std::string name(Math math, WeightLayout layout) const;
+  // The block tile, "n<rows> m<max M> k<chunk K>" (e.g. "n64 m8 k256"): part of name(), and the
+  // tile column of the sweeps' CSVs (docs/data/decode-sweep-*.csv).
+  std::string tile() const;
 };
 
 const std::vector<TileConfig>& tile_configs();

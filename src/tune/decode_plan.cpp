@@ -38,12 +38,15 @@ std::int64_t TileConfig::smem_bytes(Math math) const {
   return std::max(buffers * buffer, reduction_scratch_bytes()) + 16;  // + the split-K "last block" flag
 }
 
+std::string TileConfig::tile() const {
+  return "n" + std::to_string(rows_per_block()) + " m" + std::to_string(max_m()) + " k" + std::to_string(chunk_k());
+}
+
 std::string TileConfig::name(Math math, WeightLayout layout) const {
   std::ostringstream os;
   os << "sm80+ mma.sync " << to_string(math) << " "
      << (math == Math::w4a16 ? "bf16 x nvfp4(" : "nvfp4 x nvfp4(") << to_string(layout) << ") -> "
-     << (math == Math::w4a16 ? "bf16 mma" : "fp16 mma") << " tile n" << rows_per_block() << " m" << max_m()
-     << " k" << chunk_k() << ", " << warps << " warps";
+     << (math == Math::w4a16 ? "bf16 mma" : "fp16 mma") << " tile " << tile() << ", " << warps << " warps";
   if (k_warps > 1) os << " (" << row_groups() << " x " << k_warps << " k-split)";
   os << " x " << mt << " m16, ";
   if (streaming()) {

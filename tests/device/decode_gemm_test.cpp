@@ -539,11 +539,11 @@ TEST(DecodeGemm, DISABLED_SweepConfigsAndSplits) {
                         100.0 * floor_us / t.graph.median_us, t.event.median_us, model_us);
             if (csv.is_open()) {
               char row[256];
-              std::snprintf(row, sizeof row, "%s,%lld,%lld,%lld,%s,n%d m%d k%d,%d,%d,%.2f,%.2f,%d\n",
+              std::snprintf(row, sizeof row, "%s,%lld,%lld,%lld,%s,%s,%d,%d,%.2f,%.2f,%d\n",
                             std::string(to_string(math)).c_str(), static_cast<long long>(m),
                             static_cast<long long>(s.n), static_cast<long long>(s.k),
-                            config.streaming() ? "streaming" : "register", config.rows_per_block(), config.max_m(),
-                            config.chunk_k(), config.warps, plan.split_k, t.graph.median_us, model_us, picked ? 1 : 0);
+                            config.streaming() ? "streaming" : "register", config.tile().c_str(), config.warps,
+                            plan.split_k, t.graph.median_us, model_us, picked ? 1 : 0);
               csv << row;
             }
           }

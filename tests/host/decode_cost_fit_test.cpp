@@ -79,9 +79,7 @@ std::vector<SweptPlan> read_w4a4_sweep(const std::string& path) {
     SweptPlan p{std::stoll(c[1]), std::stoll(c[2]), std::stoll(c[3]), -1, std::stoi(c[7]), std::stod(c[8])};
     for (int i = 0; i < static_cast<int>(tile_configs().size()); ++i) {
       const TileConfig& t = tile_configs()[static_cast<std::size_t>(i)];
-      const std::string tile = "n" + std::to_string(t.rows_per_block()) + " m" + std::to_string(t.max_m()) + " k" +
-                               std::to_string(t.chunk_k());
-      if (t.streaming() == (c[4] == "streaming") && t.warps == std::stoi(c[6]) && tile == c[5]) p.config = i;
+      if (t.streaming() == (c[4] == "streaming") && t.warps == std::stoi(c[6]) && t.tile() == c[5]) p.config = i;
     }
     EXPECT_GE(p.config, 0) << "no config for " << line;
     if (p.config >= 0) plans.push_back(p);

@@ -468,7 +468,7 @@ TEST(PrefillKernel, RandomDataWithSplitKMatchesTheReferenceRepeatably) {
 // and the number of CTAs the occupancy API lets run at once. Run by hand on the GPU
 // (FP4GAP_SWEEP_MAX_M=64 bounds the rows, e.g. to sweep the decode sizes only;
 // FP4GAP_SWEEP_M=768,1536 sweeps those M instead of the default list; FP4GAP_SWEEP_MAX_BLOCK_M=128
-// leaves out the wider tiles):
+// leaves out the wider tiles, FP4GAP_SWEEP_MIN_BLOCK_M=128 the narrower ones):
 //   fp4gap_device_tests --gtest_also_run_disabled_tests --gtest_filter='PrefillKernel.DISABLED_Sweep*'
 TEST(PrefillKernel, DISABLED_SweepConfigsAndSplits) {
   REQUIRE_HOPPER();
@@ -479,6 +479,8 @@ TEST(PrefillKernel, DISABLED_SweepConfigsAndSplits) {
   const std::int64_t max_m = max_m_env != nullptr ? std::atoll(max_m_env) : 4096;
   const char* max_block_m_env = std::getenv("FP4GAP_SWEEP_MAX_BLOCK_M");
   const int max_block_m = max_block_m_env != nullptr ? std::atoi(max_block_m_env) : 256;
+  const char* min_block_m_env = std::getenv("FP4GAP_SWEEP_MIN_BLOCK_M");
+  const int min_block_m = min_block_m_env != nullptr ? std::atoi(min_block_m_env) : 1;
   const std::vector<std::int64_t> ms = sweep_ms_from_env({4096, 2048, 1024, 512, 256, 128, 64, 32, 16, 1});
   for (const Nk s : {Nk{2048, 6144}, Nk{4096, 6144}, Nk{6144, 2048}}) {
     for (std::int64_t m : ms) {
@@ -503,7 +505,7 @@ TEST(PrefillKernel, DISABLED_SweepConfigsAndSplits) {
       for (const prefill::PlanCandidate& cand : prefill::plan_candidates(m, s.n, s.k, gpu(), prefill::concurrent_ctas)) {
         if (!cand.status.is_ok() || (m > 64 && (cand.split_k == 5 || cand.split_k == 7))) continue;
         if (cand.config.block_m > 64 && cand.config.block_m >= 2 * m) continue;
-        if (cand.config.block_m > max_block_m) continue;
+        if (cand.config.block_m > max_block_m || cand.config.block_m < min_block_m) continue;
         const prefill::Plan& plan = cand.plan;
         cuda::DeviceBuffer<std::uint8_t> workspace(static_cast<std::size_t>(plan.workspace_bytes()));
         workspace.fill_bytes(0);

@@ -232,6 +232,12 @@ bool w4a4_dequantizes_in_kernel(const Plan& plan, std::int64_t k, std::int64_t s
 // such candidate is ok.
 const PlanCandidate* best_candidate_behind_activation_pass(const std::vector<PlanCandidate>& candidates);
 
+// The plan W4A4 runs for a shape whose policy pick is `chosen` (best_candidate of `candidates`):
+// `chosen` where its kernel dequantizes the activations (`dequantizes_in_kernel`, from
+// w4a4_dequantizes_in_kernel), otherwise best_candidate_behind_activation_pass, or `chosen` when
+// none is ok. fp4gap-prefill-w4a4 runs it and `fp4gap plan` shows it.
+Plan w4a4_plan(const Plan& chosen, bool dequantizes_in_kernel, const std::vector<PlanCandidate>& candidates);
+
 // A plan for an explicit configuration and split (tests and the tuner); throws InvalidArgument
 // when split_k is outside [1, kMaxSplitK], or above 1 for a persistent config.
 Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, const TileConfig& config, int split_k,

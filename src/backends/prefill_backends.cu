@@ -56,8 +56,9 @@ class PrefillRunner final : public GemmRunner {
       a_codes_ = upload_sets(codes.data(), a_code_bytes_, sets);
       a_scales_ = upload_sets(scales.data(), a_scale_bytes_, sets);
       dequant_in_kernel_ = prefill::w4a4_dequantizes_in_kernel(plan_, p_.k);
+      plan_ = prefill::w4a4_plan(plan_, dequant_in_kernel_,
+                                 prefill::plan_candidates(p_.m, p_.n, p_.k, device, prefill::concurrent_ctas));
       if (!dequant_in_kernel_) {
-        if (plan_.split_k > 1 && plan_.reduction == prefill::SplitReduction::workspace) plan_ = choose_clustered(device);
         workspace_ = DeviceBuffer<std::uint16_t>(static_cast<std::size_t>(p_.m * p_.k));
         maps_.push_back(prefill::make_activation_maps(workspace_.get(), p_.m, p_.k, plan_.config));
       }
@@ -174,13 +175,6 @@ class PrefillRunner final : public GemmRunner {
 
   prefill::Plan choose(const DeviceContext& device) const {
     return prefill::choose_plan(p_.m, p_.n, p_.k, device, prefill::concurrent_ctas);
-  }
-  // prefill::best_candidate_behind_activation_pass says why the pass's GEMM avoids workspace splits.
-  prefill::Plan choose_clustered(const DeviceContext& device) const {
-    const std::vector<prefill::PlanCandidate> candidates =
-        prefill::plan_candidates(p_.m, p_.n, p_.k, device, prefill::concurrent_ctas);
-    const prefill::PlanCandidate* best = prefill::best_candidate_behind_activation_pass(candidates);
-    return best != nullptr ? best->plan : plan_;
   }
 
   GemmProblem p_;

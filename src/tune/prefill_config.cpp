@@ -350,6 +350,12 @@ const PlanCandidate* best_candidate_behind_activation_pass(const std::vector<Pla
   });
 }
 
+Plan w4a4_plan(const Plan& chosen, bool dequantizes_in_kernel, const std::vector<PlanCandidate>& candidates) {
+  if (dequantizes_in_kernel) return chosen;
+  const PlanCandidate* behind = best_candidate_behind_activation_pass(candidates);
+  return behind != nullptr ? behind->plan : chosen;
+}
+
 Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, const DeviceContext& device,
                  const ConcurrentCtas& concurrent) {
   const std::vector<PlanCandidate> candidates = plan_candidates(m, n, k, device, concurrent);

@@ -383,6 +383,9 @@ TEST(PrefillPolicy, BehindTheActivationPassNoWorkspaceSplit) {
     ASSERT_NE(behind, nullptr);
     EXPECT_TRUE(is_workspace_split(*best)) << best->plan.describe();
     EXPECT_FALSE(is_workspace_split(*behind)) << behind->plan.describe();
+    // What W4A4 runs: the pick where its kernel dequantizes the activations, else the one behind.
+    EXPECT_EQ(w4a4_plan(best->plan, true, c).describe(), best->plan.describe());
+    EXPECT_EQ(w4a4_plan(best->plan, false, c).describe(), behind->plan.describe());
     for (const PlanCandidate& other : c) {
       if (other.status.is_ok() && !is_workspace_split(other)) {
         EXPECT_GE(other.predicted_us, behind->predicted_us) << other.plan.describe() << " at M = " << m;
@@ -393,6 +396,9 @@ TEST(PrefillPolicy, BehindTheActivationPassNoWorkspaceSplit) {
   const std::vector<PlanCandidate> wide = plan_candidates(512, 2048, 6144, device, h200);
   EXPECT_EQ(best_candidate_behind_activation_pass(wide), best_candidate(wide));
   EXPECT_EQ(best_candidate_behind_activation_pass({}), nullptr);
+  const Plan seed = best_candidate(wide)->plan;
+  EXPECT_EQ(w4a4_plan(seed, false, wide).describe(), seed.describe());
+  EXPECT_EQ(w4a4_plan(seed, false, {}).describe(), seed.describe());  // nothing else ok: the pick
 }
 
 TEST(PrefillPolicy, DatasheetOccupancyOnlyWhereMeasured) {

@@ -41,9 +41,8 @@ void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& 
   // the kernel's own shared-memory limit, a few hundred bytes lower); otherwise its GEMM runs
   // behind the activation pass, without workspace splits.
   const bool w4a4_in_kernel = prefill::w4a4_dequantizes_in_kernel(chosen, s.k, device.smem_per_block_optin);
-  const prefill::PlanCandidate* behind_pass = prefill::best_candidate_behind_activation_pass(c);
-  const prefill::Plan w4a4_plan = w4a4_in_kernel || behind_pass == nullptr ? chosen : behind_pass->plan;
-  const bool w4a4_differs = w4a4_plan.describe() != chosen.describe();
+  const prefill::Plan w4a4_chosen = prefill::w4a4_plan(chosen, w4a4_in_kernel, c);
+  const bool w4a4_differs = w4a4_chosen.describe() != chosen.describe();
   std::stable_sort(c.begin(), c.end(), [](const prefill::PlanCandidate& a, const prefill::PlanCandidate& b) {
     if (a.status.is_ok() != b.status.is_ok()) return a.status.is_ok();
     return a.status.is_ok() && a.predicted_us < b.predicted_us;
@@ -86,7 +85,7 @@ void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& 
       << "  split-K reduction\n";
   for (const prefill::PlanCandidate& p : c) {
     const bool pick = p.status.is_ok() && p.plan.describe() == chosen.describe();
-    const bool w4a4_pick = w4a4_differs && p.status.is_ok() && p.plan.describe() == w4a4_plan.describe();
+    const bool w4a4_pick = w4a4_differs && p.status.is_ok() && p.plan.describe() == w4a4_chosen.describe();
     out << (pick ? "  * " : w4a4_pick ? "  + " : "    ") << std::left << std::setw(kConfigWidth) << p.config.name() << std::right;
     if (!p.status.is_ok()) {
       out << "  not supported: " << p.status.reason << "\n";

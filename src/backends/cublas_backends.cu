@@ -1,5 +1,7 @@
 // The vendor baselines every table is measured against:
 //   cublas-bf16     cublasGemmEx, BF16 x BF16 (the exact dequantized NVFP4 values), FP32 accumulation
+//   dequant-cublas-bf16  the same GEMM on NVFP4 operands kept as NVFP4, dequantized to bf16 scratch
+//                   by fp4gap's exact pass on every run (the fallback without an NVFP4 GEMM kernel)
 //   cublaslt-fp8    cuBLASLt E4M3 x E4M3 with per-tensor scales (re-quantized operands)
 //   cublaslt-nvfp4  cuBLASLt block-scaled NVFP4 (Blackwell only)
 #include <cublasLt.h>
@@ -19,10 +21,12 @@
 #include "backends/runner_support.hpp"
 #include "cuda/common.cuh"
 #include "cuda/cublaslt_matmul.cuh"
+#include "cuda/prefill/prefill_gemm.cuh"
 #include "fp4gap/backend.hpp"
 #include "fp4gap/format.hpp"
 #include "fp4gap/numeric.hpp"
 #include "fp4gap/quantize.hpp"
+#include "fp4gap/reference.hpp"
 
 namespace fp4gap {
 namespace {
@@ -150,6 +154,23 @@ std::vector<std::uint16_t> bf16_to_fp16_exact(const std::vector<std::uint16_t>& 
   return out;
 }
 
+// D[m, n] = alpha * A[m, k] * B[n, k]^T on row-major 16-bit operands of `operand_type`, FP32
+// accumulation, on `stream` with `workspace` as cuBLAS's (so that capture into a CUDA graph never
+// allocates).
+void gemm_16bit(cublasHandle_t handle, const DeviceBuffer<std::uint8_t>& workspace, cudaStream_t stream,
+                const GemmProblem& p, const void* a, const void* b, cudaDataType_t operand_type, float alpha,
+                void* out) {
+  // cublasSetStream resets the workspace to cuBLAS's pool: set ours again after it.
+  CUBLAS_CHECK(cublasSetStream(handle, stream));
+  CUBLAS_CHECK(cublasSetWorkspace(handle, workspace.get(), workspace.bytes()));
+  const float beta = 0.0f;
+  const auto m = static_cast<int>(p.m), n = static_cast<int>(p.n), k = static_cast<int>(p.k);
+  // Column-major D^T[n, m] = B * A^T: B row-major [n, k] is column-major [k, n] -> op T;
+  // A row-major [m, k] is column-major [k, m] = A^T already -> op N.
+  CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, b, operand_type, k, a, operand_type, k,
+                            &beta, out, cuda_type(p.out_type), n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 class CublasBf16Runner final : public GemmRunner {
  public:
   CublasBf16Runner(const GemmInputs& in, int sets)
@@ -171,18 +192,8 @@ class CublasBf16Runner final : public GemmRunner {
 
   void run(int set, void* stream) override {
     check_input_set(set, sets_, "run");
-    // cublasSetStream resets the workspace to cuBLAS's pool: set ours again after it, so that
-    // capture into a CUDA graph never allocates.
-    CUBLAS_CHECK(cublasSetStream(handle_.get(), cuda::as_stream(stream)));
-    CUBLAS_CHECK(cublasSetWorkspace(handle_.get(), workspace_.get(), workspace_.bytes()));
-    const float beta = 0.0f;
-    const auto m = static_cast<int>(p_.m), n = static_cast<int>(p_.n), k = static_cast<int>(p_.k);
-    // Column-major D^T[n, m] = B * A^T: B row-major [n, k] is column-major [k, n] -> op T;
-    // A row-major [m, k] is column-major [k, m] = A^T already -> op N.
-    CUBLAS_CHECK(cublasGemmEx(handle_.get(), CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha_,
-                              b_.get() + b_bytes_ * static_cast<std::size_t>(set), operand_type_, k,
-                              a_.get() + a_bytes_ * static_cast<std::size_t>(set), operand_type_, k, &beta,
-                              outputs_.at(set), cuda_type(p_.out_type), n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    gemm_16bit(handle_.get(), workspace_, cuda::as_stream(stream), p_, a_.get() + a_bytes_ * static_cast<std::size_t>(set),
+               b_.get() + b_bytes_ * static_cast<std::size_t>(set), operand_type_, alpha_, outputs_.at(set));
   }
 
   void poison_output() override { outputs_.poison(); }
@@ -236,6 +247,121 @@ class CublasBf16Backend final : public GemmBackend {
   std::unique_ptr<GemmRunner> prepare(const GemmInputs& inputs, int input_sets) override {
     require_sets(input_sets);
     return std::make_unique<CublasBf16Runner>(inputs, input_sets);
+  }
+};
+
+// ============================ dequant-cublas-bf16 ============================
+
+// NVFP4 operands stay NVFP4 on the device (codes, linear scales); every run dequantizes them with
+// fp4gap's exact pass (e2m1 * e4m3, no global scale: alpha carries those, as for cublas-bf16) into
+// bf16 scratch that the next run overwrites, then multiplies the scratch with cublasGemmEx. Its
+// time is the passes' plus cuBLAS BF16's on the very same values.
+class DequantCublasBf16Runner final : public GemmRunner {
+ public:
+  DequantCublasBf16Runner(const GemmInputs& in, int sets)
+      : p_(in.problem), sets_(sets), w4a4_(in.problem.a_format == OperandFormat::nvfp4), b_fp4_(in.b_fp4),
+        a_fp4_(in.a_fp4), a_bf16_(in.a_bf16), alpha_(static_cast<float>(in.alpha)),
+        outputs_(p_.m, p_.n, p_.out_type, sets) {
+    // The pass reads linear scales.
+    b_fp4_ = with_layout(b_fp4_, ScaleLayout::linear);
+    if (w4a4_) a_fp4_ = with_layout(a_fp4_, ScaleLayout::linear);
+    const auto upload = [&](const Nvfp4Matrix& x, std::int64_t rows, const char* which, Nvfp4Sets& dev) {
+      require_size(which, x.codes.size(), rows * p_.k / 2);
+      dev.code_bytes = x.codes.size();
+      dev.scale_bytes = x.scales.size();
+      dev.codes = upload_sets(x.codes.data(), dev.code_bytes, sets);
+      dev.scales = upload_sets(x.scales.data(), dev.scale_bytes, sets);
+    };
+    upload(b_fp4_, p_.n, "b_fp4 codes", b_);
+    b_scratch_ = DeviceBuffer<std::uint16_t>(static_cast<std::size_t>(p_.n * p_.k));
+    if (w4a4_) {
+      upload(a_fp4_, p_.m, "a_fp4 codes", a_);
+      a_scratch_ = DeviceBuffer<std::uint16_t>(static_cast<std::size_t>(p_.m * p_.k));
+    } else {
+      require_size("a_bf16", a_bf16_.size(), p_.m * p_.k);
+      a_bytes_ = a_bf16_.size() * 2;
+      a_bf16_dev_ = upload_sets(a_bf16_.data(), a_bytes_, sets);
+    }
+  }
+
+  int input_sets() const override { return sets_; }
+
+  void run(int set, void* stream) override {
+    check_input_set(set, sets_, "run");
+    const cudaStream_t s = cuda::as_stream(stream);
+    const auto dequantize = [&](const Nvfp4Sets& x, std::int64_t rows, std::uint16_t* out) {
+      prefill::launch_dequantize_bf16(x.codes.get() + x.code_bytes * static_cast<std::size_t>(set),
+                                      x.scales.get() + x.scale_bytes * static_cast<std::size_t>(set), out, rows, p_.k, s);
+    };
+    dequantize(b_, p_.n, b_scratch_.get());
+    const void* a = a_bf16_dev_.get() + a_bytes_ * static_cast<std::size_t>(set);
+    if (w4a4_) {
+      dequantize(a_, p_.m, a_scratch_.get());
+      a = a_scratch_.get();
+    }
+    gemm_16bit(handle_.get(), workspace_, s, p_, a, b_scratch_.get(), CUDA_R_16BF, alpha_, outputs_.at(set));
+  }
+
+  void poison_output() override { outputs_.poison(); }
+  std::vector<float> read_output(int set) override { return outputs_.read(set); }
+  std::uint16_t* bf16_activations(int set) override {
+    check_input_set(set, sets_, "bf16_activations");
+    if (w4a4_) return nullptr;
+    return reinterpret_cast<std::uint16_t*>(a_bf16_dev_.get() + a_bytes_ * static_cast<std::size_t>(set));
+  }
+  OperandView a_operand() const override { return w4a4_ ? nvfp4_operand(a_fp4_) : bf16_operand(a_bf16_, p_.m, p_.k); }
+  OperandView b_operand() const override { return nvfp4_operand(b_fp4_); }
+  double alpha() const override { return static_cast<double>(alpha_); }
+  std::string config() const override {
+    return std::string("each run: fp4gap's exact NVFP4 -> bf16 pass over the weight") +
+           (w4a4_ ? " and the activations" : "") +
+           " into scratch, then cublasGemmEx CUBLAS_GEMM_DEFAULT on bf16, fp32 accumulation";
+  }
+  bool on_device() const override { return true; }
+
+ private:
+  struct Nvfp4Sets {
+    DeviceBuffer<std::uint8_t> codes, scales;
+    std::size_t code_bytes = 0, scale_bytes = 0;
+  };
+  GemmProblem p_;
+  int sets_;
+  bool w4a4_;
+  Nvfp4Matrix b_fp4_, a_fp4_;
+  std::vector<std::uint16_t> a_bf16_;
+  float alpha_;
+  Nvfp4Sets b_, a_;
+  std::size_t a_bytes_ = 0;
+  DeviceBuffer<std::uint8_t> a_bf16_dev_;
+  DeviceBuffer<std::uint16_t> b_scratch_, a_scratch_;
+  DeviceOutputs outputs_;
+  CublasHandle handle_;
+  DeviceBuffer<std::uint8_t> workspace_{cuda::LtMatmul::kWorkspaceBytes};
+};
+
+class DequantCublasBf16Backend final : public GemmBackend {
+ public:
+  std::string_view name() const override { return "dequant-cublas-bf16"; }
+  std::string_view description() const override {
+    return "NVFP4 operands dequantized to bf16 scratch on every run (fp4gap's exact pass), then cublasGemmEx BF16 x "
+           "BF16, FP32 accumulation: what a GPU without an NVFP4 GEMM kernel can run, timed with its passes";
+  }
+  Status supports(const GemmProblem& p, const DeviceContext& device) const override {
+    Status s = common_support(p, device);
+    if (!s.is_ok()) return s;
+    if (p.b_format != OperandFormat::nvfp4 || (p.a_format != OperandFormat::nvfp4 && p.a_format != OperandFormat::bf16)) {
+      return Status::not_supported("dequant-cublas-bf16 dequantizes an nvfp4 weight and takes nvfp4 or bf16 "
+                                   "activations [problem: " + p.label() + "]");
+    }
+    if (p.out_type == OutputType::f16) {
+      return Status::not_supported("cuBLAS has no BF16 x BF16 -> FP16 GEMM, and the pass writes bf16 [problem: " +
+                                   p.label() + "]");
+    }
+    return Status::ok();
+  }
+  std::unique_ptr<GemmRunner> prepare(const GemmInputs& inputs, int input_sets) override {
+    require_sets(input_sets);
+    return std::make_unique<DequantCublasBf16Runner>(inputs, input_sets);
   }
 };
 
@@ -493,6 +619,7 @@ class CublasLtNvfp4Backend final : public GemmBackend {
 
 void register_cublas_backends() {
   register_gemm_backend(std::make_unique<CublasBf16Backend>());
+  register_gemm_backend(std::make_unique<DequantCublasBf16Backend>());
   register_gemm_backend(std::make_unique<CublasLtFp8Backend>());
   register_gemm_backend(std::make_unique<CublasLtNvfp4Backend>());
 }

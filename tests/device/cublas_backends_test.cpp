@@ -69,6 +69,72 @@ TEST(CublasBf16, Fp16OutputNeedsNvfp4Operands) {
   EXPECT_NE(s.reason.find("FP16"), std::string::npos) << s.reason;
 }
 
+// dequant-cublas-bf16: the NVFP4 operands' formats and the outputs cuBLAS writes from bf16.
+const Case kDequantCases[] = {
+    {OperandFormat::nvfp4, OperandFormat::nvfp4, OutputType::bf16},
+    {OperandFormat::nvfp4, OperandFormat::nvfp4, OutputType::f32},
+    {OperandFormat::bf16, OperandFormat::nvfp4, OutputType::bf16},
+    {OperandFormat::bf16, OperandFormat::nvfp4, OutputType::f32},
+};
+
+TEST(DequantCublasBf16, MatchesReferenceOnSmallAndOddShapes) {
+  REQUIRE_GPU();
+  std::uint64_t seed = 3000;
+  for (const Case& c : kDequantCases) {
+    for (std::int64_t m : kRows) check_backend("dequant-cublas-bf16", problem(m, c), ++seed, InputDistribution::random);
+    // The smallest K NVFP4 allows (two scale blocks per row); N as small as each format allows.
+    GemmProblem small = problem(3, c);
+    small.n = c.a == OperandFormat::nvfp4 ? 32 : 40;
+    small.k = 32;
+    check_backend("dequant-cublas-bf16", small, ++seed, InputDistribution::random);
+  }
+}
+
+// Exact-grid inputs: every partial sum is exact in fp32, so cuBLAS on the dequantized scratch must
+// give the reference rounded once, bit for bit; a pass that dropped a scale or a sign would not.
+TEST(DequantCublasBf16, ExactGridEqualsTheRoundedReference) {
+  REQUIRE_GPU();
+  std::uint64_t seed = 3100;
+  for (const Case& c : kDequantCases) {
+    const GemmProblem p = problem(129, c);
+    check_backend("dequant-cublas-bf16", p, ++seed, InputDistribution::exact_grid,
+                  [&](const std::vector<float>& got, const ReferenceResult& ref) { test::expect_exact(got, ref, p.out_type); });
+  }
+}
+
+// Each run rewrites the scratch that the one before left: a run after runs on either set gives
+// the same bits again, and writes an output that was poisoned in between.
+TEST(DequantCublasBf16, RepeatedRunsAreBitwiseEqual) {
+  REQUIRE_GPU();
+  const GemmProblem p = problem(64, kDequantCases[0]);
+  SCOPED_TRACE(test::repro("backend dequant-cublas-bf16, " + p.label(), 11));
+  auto runner = backend("dequant-cublas-bf16").prepare(make_gemm_inputs(p, 11), 2);
+  cuda::Stream stream;
+  runner->run(0, stream.as_void());
+  runner->run(1, stream.as_void());
+  const std::vector<float> first = runner->read_output(0);
+  runner->poison_output();
+  runner->run(1, stream.as_void());
+  runner->run(0, stream.as_void());
+  const std::vector<float> again = runner->read_output(0);
+  ASSERT_EQ(first.size(), again.size());
+  std::int64_t differ = 0;
+  for (std::size_t i = 0; i < first.size(); ++i) differ += float_bits(first[i]) != float_bits(again[i]) ? 1 : 0;
+  EXPECT_EQ(differ, 0);
+  EXPECT_FALSE(std::isnan(again[0]));
+}
+
+TEST(DequantCublasBf16, SaysWhatItCannotRun) {
+  REQUIRE_GPU();
+  GemmBackend& b = backend("dequant-cublas-bf16");
+  const Status f16 = b.supports(problem(64, kCases[2]), gpu());
+  EXPECT_EQ(f16.code, StatusCode::not_supported);
+  EXPECT_NE(f16.reason.find("FP16"), std::string::npos) << f16.reason;
+  const Status bf16_weight = b.supports(problem(64, kCases[5]), gpu());
+  EXPECT_EQ(bf16_weight.code, StatusCode::not_supported);
+  EXPECT_NE(bf16_weight.reason.find("nvfp4 weight"), std::string::npos) << bf16_weight.reason;
+}
+
 TEST(CublasLtFp8, MatchesReferenceOfItsOwnOperands) {
   REQUIRE_GPU();
   std::uint64_t seed = 2000;
@@ -137,8 +203,9 @@ TEST(CublasLtNvfp4, RejectsNonNvfp4Operands) {
 
 TEST(CublasBackends, PoisonedOutputIsDetectedWhenRunIsSkipped) {
   REQUIRE_GPU();
-  for (const char* name : {"cublas-bf16", "cublaslt-fp8"}) {
+  for (const char* name : {"cublas-bf16", "cublaslt-fp8", "dequant-cublas-bf16"}) {
     for (OutputType out : {OutputType::bf16, OutputType::f16, OutputType::f32}) {
+      if (out == OutputType::f16 && std::string(name) == "dequant-cublas-bf16") continue;  // not supported
       const GemmProblem p = problem(7, {OperandFormat::nvfp4, OperandFormat::nvfp4, out});
       SCOPED_TRACE(test::repro(std::string("backend ") + name + ", " + p.label(), 5));
       auto runner = backend(name).prepare(make_gemm_inputs(p, 5), 1);
@@ -169,7 +236,7 @@ TEST(CublasBackends, BadArgumentsAreRejected) {
 TEST(CublasBackends, NoDeviceMeansNotSupportedWithTheReason) {
   DeviceContext none;
   none.unavailable_reason = "no CUDA device: test";
-  for (const char* name : {"cublas-bf16", "cublaslt-fp8", "cublaslt-nvfp4"}) {
+  for (const char* name : {"cublas-bf16", "cublaslt-fp8", "cublaslt-nvfp4", "dequant-cublas-bf16"}) {
     const Status s = backend(name).supports(problem(64, kCases[0]), none);
     EXPECT_EQ(s.code, StatusCode::not_supported) << name;
     EXPECT_EQ(s.reason, none.unavailable_reason) << name;
@@ -179,7 +246,7 @@ TEST(CublasBackends, NoDeviceMeansNotSupportedWithTheReason) {
 TEST(CublasBackends, InvalidProblemIsInvalid) {
   GemmProblem p = problem(64, kCases[0]);
   p.k = 100;
-  for (const char* name : {"cublas-bf16", "cublaslt-fp8", "cublaslt-nvfp4"}) {
+  for (const char* name : {"cublas-bf16", "cublaslt-fp8", "cublaslt-nvfp4", "dequant-cublas-bf16"}) {
     EXPECT_EQ(backend(name).supports(p, gpu()).code, StatusCode::invalid_problem) << name;
   }
 }

@@ -78,6 +78,22 @@ inline std::vector<std::int64_t> sweep_ms_from_env(std::vector<std::int64_t> def
 }
 
 // "<what>, seed S; repro: <command running the current test>", for failure messages.
+// Every output equals the reference rounded once to the output type. Holds for exact-grid inputs:
+// every partial sum is exact in fp32 whatever the accumulation order.
+inline void expect_exact(const std::vector<float>& got, const ReferenceResult& ref, OutputType out) {
+  std::int64_t bad = 0, first = -1;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const float want = round_to_output(ref.d[i], out);
+    if (float_bits(got[i]) != float_bits(want) && !(got[i] == 0.0f && want == 0.0f)) {
+      if (first < 0) first = static_cast<std::int64_t>(i);
+      ++bad;
+    }
+  }
+  EXPECT_EQ(bad, 0) << bad << " outputs differ from the exactly rounded reference; first at row " << first / ref.n
+                    << ", col " << first % ref.n << ": got " << (first >= 0 ? got[static_cast<std::size_t>(first)] : 0.0f)
+                    << ", want " << (first >= 0 ? round_to_output(ref.d[static_cast<std::size_t>(first)], out) : 0.0f);
+}
+
 inline std::string repro(const std::string& what, std::uint64_t seed) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   std::ostringstream os;

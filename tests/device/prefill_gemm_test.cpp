@@ -28,6 +28,7 @@ namespace {
 
 using test::gpu;
 using test::repro;
+using test::expect_exact;
 using test::sweep_ms_from_env;
 
 // Device tests run where a GPU exists: without one they fail with the reason, never skip. These
@@ -50,22 +51,6 @@ GemmProblem make_problem(std::int64_t m, std::int64_t n, std::int64_t k, bool w4
   p.b_format = OperandFormat::nvfp4;
   p.out_type = out;
   return p;
-}
-
-// Every output equals the reference rounded once to the output type. Holds for exact-grid inputs:
-// every partial sum is exact in fp32 whatever the accumulation order.
-void expect_exact(const std::vector<float>& got, const ReferenceResult& ref, OutputType out) {
-  std::int64_t bad = 0, first = -1;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const float want = round_to_output(ref.d[i], out);
-    if (float_bits(got[i]) != float_bits(want) && !(got[i] == 0.0f && want == 0.0f)) {
-      if (first < 0) first = static_cast<std::int64_t>(i);
-      ++bad;
-    }
-  }
-  EXPECT_EQ(bad, 0) << bad << " outputs differ from the exactly rounded reference; first at row " << first / ref.n
-                    << ", col " << first % ref.n << ": got " << (first >= 0 ? got[static_cast<std::size_t>(first)] : 0.0f)
-                    << ", want " << (first >= 0 ? round_to_output(ref.d[static_cast<std::size_t>(first)], out) : 0.0f);
 }
 
 // test::check_backend, and on exact-grid inputs every output equal to the rounded reference.

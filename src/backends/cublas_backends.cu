@@ -344,7 +344,8 @@ class DequantCublasBf16Backend final : public GemmBackend {
   std::string_view name() const override { return "dequant-cublas-bf16"; }
   std::string_view description() const override {
     return "NVFP4 operands dequantized to bf16 scratch on every run (fp4gap's exact pass), then cublasGemmEx BF16 x "
-           "BF16, FP32 accumulation: what a GPU without an NVFP4 GEMM kernel can run, timed with its passes";
+           "BF16, FP32 accumulation: what a GPU without an NVFP4 GEMM kernel can run, timed with its passes (added "
+           "when no GPU was lent: its device tests have not run yet)";
   }
   Status supports(const GemmProblem& p, const DeviceContext& device) const override {
     Status s = common_support(p, device);

@@ -295,7 +295,7 @@ TEST(Registration, IsIdempotent) {
   const std::size_t count = gemm_backends().size();
   EXPECT_NO_THROW(register_cuda_backends());
   EXPECT_EQ(gemm_backends().size(), count);
-  for (const char* name : {"cublas-bf16", "cublaslt-fp8", "cublaslt-nvfp4"}) {
+  for (const char* name : {"cublas-bf16", "cublaslt-fp8", "cublaslt-nvfp4", "dequant-cublas-bf16"}) {
     ASSERT_NE(find_gemm_backend(name), nullptr) << name;
     EXPECT_FALSE(find_gemm_backend(name)->description().empty()) << name;
   }

@@ -259,12 +259,12 @@ class CublasBf16Backend final : public GemmBackend {
 class DequantCublasBf16Runner final : public GemmRunner {
  public:
   DequantCublasBf16Runner(const GemmInputs& in, int sets)
-      : p_(in.problem), sets_(sets), w4a4_(in.problem.a_format == OperandFormat::nvfp4), b_fp4_(in.b_fp4),
-        a_fp4_(in.a_fp4), a_bf16_(in.a_bf16), alpha_(static_cast<float>(in.alpha)),
+      : p_(in.problem), sets_(sets), w4a4_(in.problem.a_format == OperandFormat::nvfp4),
+        // The pass reads linear scales. W4A4 keeps only the NVFP4 activations, W4A16 only the bf16.
+        b_fp4_(with_layout(in.b_fp4, ScaleLayout::linear)),
+        a_fp4_(w4a4_ ? with_layout(in.a_fp4, ScaleLayout::linear) : Nvfp4Matrix{}),
+        a_bf16_(w4a4_ ? std::vector<std::uint16_t>{} : in.a_bf16), alpha_(static_cast<float>(in.alpha)),
         outputs_(p_.m, p_.n, p_.out_type, sets) {
-    // The pass reads linear scales.
-    b_fp4_ = with_layout(b_fp4_, ScaleLayout::linear);
-    if (w4a4_) a_fp4_ = with_layout(a_fp4_, ScaleLayout::linear);
     const auto upload = [&](const Nvfp4Matrix& x, std::int64_t rows, const char* which, Nvfp4Sets& dev) {
       require_size(which, x.codes.size(), rows * p_.k / 2);
       dev.code_bytes = x.codes.size();

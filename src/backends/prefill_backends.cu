@@ -56,9 +56,10 @@ class PrefillRunner final : public GemmRunner {
       a_codes_ = upload_sets(codes.data(), a_code_bytes_, sets);
       a_scales_ = upload_sets(scales.data(), a_scale_bytes_, sets);
       dequant_in_kernel_ = prefill::w4a4_dequantizes_in_kernel(plan_, p_.k);
-      plan_ = prefill::w4a4_plan(plan_, dequant_in_kernel_,
-                                 prefill::plan_candidates(p_.m, p_.n, p_.k, device, prefill::concurrent_ctas));
       if (!dequant_in_kernel_) {
+        // The candidates again only here: where the kernel dequantizes, the pick stands.
+        plan_ = prefill::w4a4_plan(plan_, false,
+                                   prefill::plan_candidates(p_.m, p_.n, p_.k, device, prefill::concurrent_ctas));
         workspace_ = DeviceBuffer<std::uint16_t>(static_cast<std::size_t>(p_.m * p_.k));
         maps_.push_back(prefill::make_activation_maps(workspace_.get(), p_.m, p_.k, plan_.config));
       }

@@ -76,6 +76,96 @@ __global__ void wgmma_rate_kernel(int groups, std::uint64_t* cycles, float* sink
 #endif
 }
 
+// As wgmma_rate_kernel (one B tile of N rows, `wgs` warpgroups, one group in flight), while the
+// last warp's elected thread, if `stage_bytes` > 0, keeps `stages` bulk copies of `stage_bytes` in
+// flight from this CTA's L2-resident `src_bytes` into a ring, each stage copied again as soon as
+// its previous copy has landed (as the prefill producer, without consumers to wait for). With
+// `issue_wgmma` false the warpgroups only wait `idle_cycles` (the copies alone). out[2 c] = the
+// warpgroups' SM cycles, out[2 c + 1] = bytes the copies delivered meanwhile.
+template <int N>
+__global__ void wgmma_with_copies_kernel(int groups, bool issue_wgmma, long long idle_cycles, int wgs,
+                                         const std::uint8_t* src, int src_bytes, int stage_bytes, int stages,
+                                         std::uint64_t* out, float* sink) {
+#if FP4GAP_PREFILL_SM90A
+  namespace ptx = prefill::ptx;
+  extern __shared__ std::uint8_t smem_raw[];
+  __shared__ alignas(8) std::uint64_t bars[8];
+  __shared__ volatile int done;
+  const std::uint32_t tile = (ptx::smem_addr(smem_raw) + 1023u) & ~1023u;
+  const std::uint32_t ring = tile + N * 128u;
+  auto bar = [&](int s) { return ptx::smem_addr(&bars[s]); };
+  for (int i = static_cast<int>(threadIdx.x); i < N * 128 / 4; i += static_cast<int>(blockDim.x)) {
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(tile + 4u * static_cast<std::uint32_t>(i)), "r"(0u) : "memory");
+  }
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) ptx::mbarrier_init(bar(s), 1);
+    done = 0;
+    ptx::fence_barrier_init();
+  }
+  ptx::fence_proxy_async();
+  __syncthreads();
+  const int consumers = 128 * wgs;
+  if (static_cast<int>(threadIdx.x) >= consumers) {
+    if (threadIdx.x != static_cast<unsigned>(consumers) || stage_bytes == 0) return;
+    const std::uint8_t* my_src = src + static_cast<std::int64_t>(blockIdx.x) * src_bytes;
+    int offset = 0;
+    auto copy = [&](int s) {
+      ptx::mbarrier_arrive_expect_tx(bar(s), static_cast<std::uint32_t>(stage_bytes));
+      ptx::bulk_load(ring + static_cast<std::uint32_t>(s * stage_bytes), my_src + offset,
+                     static_cast<std::uint32_t>(stage_bytes), bar(s));
+      offset = offset + 2 * stage_bytes > src_bytes ? 0 : offset + stage_bytes;
+    };
+    for (int s = 0; s < stages; ++s) copy(s);
+    std::uint64_t bytes = 0;
+    int s = 0;
+    std::uint32_t phase = 0;
+    auto next = [&] {
+      s = s + 1 == stages ? 0 : s + 1;
+      phase ^= s == 0 ? 1u : 0u;
+    };
+    while (done == 0) {
+      ptx::mbarrier_wait(bar(s), phase);
+      bytes += static_cast<std::uint64_t>(stage_bytes);
+      copy(s);
+      next();
+    }
+    for (int j = 0; j < stages; ++j, next()) ptx::mbarrier_wait(bar(s), phase);  // shared memory outlives them
+    out[2 * blockIdx.x + 1] = bytes;
+    return;
+  }
+  const std::uint64_t desc = ptx::sw128_kmajor_desc(tile);
+  std::uint32_t a[4] = {threadIdx.x, threadIdx.x * 3u, threadIdx.x * 5u, threadIdx.x * 7u};
+  float d[N / 2];
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) d[i] = 0.0f;
+  ptx::named_barrier(1, static_cast<std::uint32_t>(consumers));
+  const long long start = clock64();
+  if (issue_wgmma) {
+    for (int g = 0; g < groups; ++g) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) ptx::fence_register(a[r]);
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < kStepsPerGroup; ++k) wgmma_rs<N>(d, a, desc + 2u * static_cast<std::uint32_t>(k));
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<1>();
+    }
+    ptx::wgmma_wait<0>();
+  } else {
+    while (clock64() - start < idle_cycles) {
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) ptx::fence_register(d[i]);
+  ptx::named_barrier(1, static_cast<std::uint32_t>(consumers));
+  if (threadIdx.x == 0) {
+    out[2 * blockIdx.x] = static_cast<std::uint64_t>(clock64() - start);
+    done = 1;
+  }
+  if (d[0] == 1.2345f) *sink = d[1];  // never: keeps the accumulators
+#endif
+}
+
 // Every warp issues `groups` x 8 mma.sync m16n8k16 (bf16, f32 accumulate), `n_tiles` n8 tiles
 // sharing one A fragment per k16 step, as the decode kernels do for M = 8 x n_tiles.
 template <int NT>
@@ -158,6 +248,67 @@ TEST(TensorRate, DISABLED_RegisterAWgmmaAndMmaSync) {
   mma_rows(std::integral_constant<int, 1>{});
   mma_rows(std::integral_constant<int, 2>{});
   mma_rows(std::integral_constant<int, 4>{});
+}
+
+// Diagnostic (disabled), not a test of speed: whether the tensor cores' reads of a wgmma's shared-
+// memory operand and the copy engine's writes share one shared-memory bandwidth, and at what rate.
+// A K block of the m256 x 128 prefill tile moves ~101 KB through shared memory in ~1053 SM cycles
+// and run 29's m128 probe without dequantization 52.6 KB in 562, both ~95 bytes per cycle; a tile
+// of 64 weight rows (branch experiment/k-interleaved-n64) needs ~128. Per SM: register-A wgmma
+// m64nNk16 (N x 32 bytes of B read each) by 1 or 2 warpgroups, alone, beside a stream of bulk
+// copies from L2, and the copies alone; the median over one CTA per SM. Run by hand:
+//   fp4gap_device_tests --gtest_also_run_disabled_tests --gtest_filter='TensorRate.DISABLED_WgmmaWithConcurrentCopies'
+TEST(TensorRate, DISABLED_WgmmaWithConcurrentCopies) {
+  if (gpu().cc_major != 9) GTEST_SKIP() << "register-A wgmma is sm_90a code";
+  const int sms = gpu().sm_count;
+  constexpr int kGroups = 4096;
+  constexpr int kStages = 4;
+  constexpr int kSrcBytes = 128 << 10;  // per CTA: all of them together stay in L2
+  cuda::DeviceBuffer<std::uint8_t> src(static_cast<std::size_t>(kSrcBytes) * static_cast<std::size_t>(sms));
+  src.fill_bytes(0x3C);
+  cuda::DeviceBuffer<std::uint64_t> out(static_cast<std::size_t>(2 * sms));
+  cuda::DeviceBuffer<float> sink(1);
+  int smem_per_sm = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0));
+  std::printf("%-26s %4s %9s | %13s %12s %12s %12s\n", "wgmma", "WGs", "copy B", "cycles/wgmma", "B read B/cyc",
+              "copy B/cyc", "total B/cyc");
+  auto rows = [&]<int N>(std::integral_constant<int, N>) {
+    const int smem = std::max(smem_per_sm / 2 + 1024, N * 128 + kStages * 32768 + 1024);
+    CUDA_CHECK(cudaFuncSetAttribute(wgmma_with_copies_kernel<N>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    for (int wgs : {1, 2}) {
+      double alone_cycles = 0.0;
+      for (int stage_bytes : {0, 16384, 32768}) {
+        for (bool wgmma : {true, false}) {
+          if (!wgmma && stage_bytes == 0) continue;
+          out.fill_bytes(0);
+          wgmma_with_copies_kernel<N><<<sms, 128 * wgs + 32, smem>>>(
+              kGroups, wgmma, static_cast<long long>(alone_cycles), wgs, src.get(), kSrcBytes, stage_bytes, kStages,
+              out.get(), sink.get());
+          CUDA_CHECK(cudaGetLastError());
+          CUDA_CHECK(cudaDeviceSynchronize());
+          const std::vector<std::uint64_t> o = out.download();
+          std::vector<double> cycles, copy_rate;
+          for (int c = 0; c < sms; ++c) {
+            cycles.push_back(static_cast<double>(o[2 * c]));
+            copy_rate.push_back(static_cast<double>(o[2 * c + 1]) / static_cast<double>(std::max<std::uint64_t>(o[2 * c], 1)));
+          }
+          std::sort(cycles.begin(), cycles.end());
+          std::sort(copy_rate.begin(), copy_rate.end());
+          const double c = cycles[cycles.size() / 2], copies = copy_rate[copy_rate.size() / 2];
+          ASSERT_GT(c, 0.0);
+          if (wgmma && stage_bytes == 0) alone_cycles = c;
+          const double instructions = static_cast<double>(kGroups) * kStepsPerGroup * wgs;
+          const double reads = wgmma ? 32.0 * N * instructions / c : 0.0;
+          char name[64];
+          std::snprintf(name, sizeof(name), wgmma ? "m64n%dk16 (A: regs)" : "none (copies alone)", N);
+          std::printf("%-26s %4d %9d | %13.1f %12.1f %12.1f %12.1f\n", name, wgs, stage_bytes,
+                      wgmma ? c / instructions : 0.0, reads, copies, reads + copies);
+        }
+      }
+    }
+  };
+  rows(std::integral_constant<int, 128>{});
+  rows(std::integral_constant<int, 256>{});
 }
 
 }  // namespace

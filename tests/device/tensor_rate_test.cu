@@ -38,6 +38,28 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const std::uint32_t 
 #endif
 }
 
+// `groups` commit groups of kStepsPerGroup register-A wgmmas on the B tile of `desc`, one group
+// left in flight as the prefill consumers do; returns once all have completed.
+template <int N>
+__device__ __forceinline__ void issue_wgmma_groups(int groups, std::uint32_t (&a)[4], std::uint64_t desc,
+                                                   float (&d)[N / 2]) {
+#if FP4GAP_PREFILL_SM90A
+  namespace ptx = prefill::ptx;
+  for (int g = 0; g < groups; ++g) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) ptx::fence_register(a[r]);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int s = 0; s < kStepsPerGroup; ++s) wgmma_rs<N>(d, a, desc + 2u * static_cast<std::uint32_t>(s));
+    ptx::wgmma_commit();
+    ptx::wgmma_wait<1>();
+  }
+  ptx::wgmma_wait<0>();
+#else
+  (void)groups, (void)a, (void)desc, (void)d;
+#endif
+}
+
 // Every warpgroup issues `groups` commit groups of kStepsPerGroup register-A wgmmas on a zero B
 // tile, one group left in flight as the prefill consumers do. cycles[blockIdx.x] = the SM cycles
 // from the first issue to the last completion, taken by thread 0.
@@ -58,16 +80,7 @@ __global__ void wgmma_rate_kernel(int groups, std::uint64_t* cycles, float* sink
 #pragma unroll
   for (int i = 0; i < N / 2; ++i) d[i] = 0.0f;
   const long long start = clock64();
-  for (int g = 0; g < groups; ++g) {
-#pragma unroll
-    for (int r = 0; r < 4; ++r) ptx::fence_register(a[r]);
-    ptx::wgmma_fence();
-#pragma unroll
-    for (int s = 0; s < kStepsPerGroup; ++s) wgmma_rs<N>(d, a, desc + 2u * static_cast<std::uint32_t>(s));
-    ptx::wgmma_commit();
-    ptx::wgmma_wait<1>();
-  }
-  ptx::wgmma_wait<0>();
+  issue_wgmma_groups<N>(groups, a, desc, d);
 #pragma unroll
   for (int i = 0; i < N / 2; ++i) ptx::fence_register(d[i]);
   __syncthreads();
@@ -141,16 +154,7 @@ __global__ void wgmma_with_copies_kernel(int groups, bool issue_wgmma, long long
   ptx::named_barrier(1, static_cast<std::uint32_t>(consumers));
   const long long start = clock64();
   if (issue_wgmma) {
-    for (int g = 0; g < groups; ++g) {
-#pragma unroll
-      for (int r = 0; r < 4; ++r) ptx::fence_register(a[r]);
-      ptx::wgmma_fence();
-#pragma unroll
-      for (int k = 0; k < kStepsPerGroup; ++k) wgmma_rs<N>(d, a, desc + 2u * static_cast<std::uint32_t>(k));
-      ptx::wgmma_commit();
-      ptx::wgmma_wait<1>();
-    }
-    ptx::wgmma_wait<0>();
+    issue_wgmma_groups<N>(groups, a, desc, d);
   } else {
     while (clock64() - start < idle_cycles) {
     }

@@ -214,9 +214,11 @@ std::uint32_t pack_shuffled_word(Math math, const std::uint8_t (&code)[4][2]);
 // R, block B (columns ..)"), since the multiplier encoding has no NaN. code(): the E2M1 code of
 // (row, col) with a negative block scale's sign folded in, 0 in a zero-scale block (the
 // multiplier encoding has no sign and no zero).
+// The constructor throws InvalidArgument when the code or scale array is shorter than the shape
+// needs ("<who>: the weight [R, C] needs N code bytes and S <layout> scale bytes; got ...").
 class MultiplierWeightReader {
  public:
-  MultiplierWeightReader(const Nvfp4Matrix& w, const char* who) : w_(w), who_(who) {}
+  MultiplierWeightReader(const Nvfp4Matrix& w, const char* who);
   std::uint8_t scale(std::int64_t row, std::int64_t kblock) const;
   std::uint8_t code(std::int64_t row, std::int64_t col, std::uint8_t scale) const;
 

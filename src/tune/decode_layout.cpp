@@ -35,6 +35,19 @@ std::uint32_t pack_shuffled_word(Math math, const std::uint8_t (&code)[4][2]) {
   return word;
 }
 
+MultiplierWeightReader::MultiplierWeightReader(const Nvfp4Matrix& w, const char* who) : w_(w), who_(who) {
+  const std::int64_t code_bytes = w.rows * w.cols / 2;
+  const std::int64_t scale_bytes = scale_shape(w.layout, w.rows, w.cols).bytes();
+  if (static_cast<std::int64_t>(w.codes.size()) < code_bytes ||
+      static_cast<std::int64_t>(w.scales.size()) < scale_bytes) {
+    std::ostringstream os;
+    os << who << ": the weight [" << w.rows << ", " << w.cols << "] needs " << code_bytes << " code bytes and "
+       << scale_bytes << " " << to_string(w.layout) << " scale bytes; got " << w.codes.size() << " and "
+       << w.scales.size();
+    throw InvalidArgument(os.str());
+  }
+}
+
 std::uint8_t MultiplierWeightReader::scale(std::int64_t row, std::int64_t kblock) const {
   if (row >= w_.rows || kblock >= w_.cols / kBlockSize) return 0;
   const std::uint8_t b = w_.scales[static_cast<std::size_t>(scale_offset(w_.layout, row, kblock, w_.cols))];
@@ -62,16 +75,7 @@ ShuffledWeight shuffle_weight_for_decode(const Nvfp4Matrix& w, Math math) {
        << "] (the kernels read 32 columns per thread)";
     throw InvalidArgument(os.str());
   }
-  const std::int64_t code_bytes = w.rows * w.cols / 2;
-  const std::int64_t scale_bytes = scale_shape(w.layout, w.rows, w.cols).bytes();
-  if (static_cast<std::int64_t>(w.codes.size()) < code_bytes ||
-      static_cast<std::int64_t>(w.scales.size()) < scale_bytes) {
-    std::ostringstream os;
-    os << "decode weight [" << w.rows << ", " << w.cols << "] needs " << code_bytes << " code bytes and "
-       << scale_bytes << " " << to_string(w.layout) << " scale bytes; got " << w.codes.size() << " and "
-       << w.scales.size();
-    throw InvalidArgument(os.str());
-  }
+  const MultiplierWeightReader read(w, "shuffle_weight_for_decode");  // checks the arrays' lengths
 
   ShuffledWeight s;
   s.math = math;
@@ -82,8 +86,6 @@ ShuffledWeight shuffle_weight_for_decode(const Nvfp4Matrix& w, Math math) {
   const std::int64_t windows = s.n_tiles * s.k_windows;
   s.codes.assign(static_cast<std::size_t>(windows * kWindowCodeBytes), 0);
   s.scales.assign(static_cast<std::size_t>(windows * kWindowScaleBytes), 0);
-
-  const MultiplierWeightReader read(w, "shuffle_weight_for_decode");
   for (std::int64_t nt = 0; nt < s.n_tiles; ++nt) {
     for (std::int64_t win = 0; win < s.k_windows; ++win) {
       const std::int64_t base = shuffled_window_index(nt, win, s.k_windows);

@@ -18,15 +18,7 @@ PackedWeights pack_weights(const Nvfp4Matrix& w) {
     os << "pack_weights needs rows, cols >= 1 and cols % 16 == 0: rows = " << w.rows << ", cols = " << w.cols;
     throw InvalidArgument(os.str());
   }
-  const std::int64_t code_bytes = w.rows * w.cols / 2;
-  const std::int64_t scale_bytes = scale_shape(w.layout, w.rows, w.cols).bytes();
-  if (static_cast<std::int64_t>(w.codes.size()) < code_bytes ||
-      static_cast<std::int64_t>(w.scales.size()) < scale_bytes) {
-    std::ostringstream os;
-    os << "pack_weights: arrays shorter than the shape [" << w.rows << ", " << w.cols << "] needs: codes "
-       << w.codes.size() << " < " << code_bytes << " or scales " << w.scales.size() << " < " << scale_bytes;
-    throw InvalidArgument(os.str());
-  }
+  const decode::MultiplierWeightReader read(w, "pack_weights");  // checks the arrays' lengths
 
   PackedWeights p;
   p.n = w.rows;
@@ -34,8 +26,6 @@ PackedWeights pack_weights(const Nvfp4Matrix& w) {
   p.n_tiles = ceil_div(w.rows, kBlockN);
   p.k_blocks = ceil_div(w.cols, kBlockK);
   p.bytes.assign(static_cast<std::size_t>(p.n_tiles * p.k_blocks * kChunkBytes), 0);
-
-  const decode::MultiplierWeightReader read(w, "pack_weights");
 
   for (std::int64_t nt = 0; nt < p.n_tiles; ++nt) {
     for (std::int64_t kb = 0; kb < p.k_blocks; ++kb) {

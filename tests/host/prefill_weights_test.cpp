@@ -168,7 +168,8 @@ TEST(PrefillWeights, RejectsBadShapes) {
     pack_weights(short_codes);
     FAIL() << "short code array accepted";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("shorter"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("pack_weights: the weight ["), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("code bytes and"), std::string::npos) << e.what();
   }
 }
 

@@ -320,13 +320,9 @@ struct Plan {
 
 // Chunks [begin, end) of split s: every split gets at most one chunk more than another and none
 // is empty while k_chunks >= split_k.
-struct ChunkRange {
-  std::int64_t begin, end;
-};
+using ChunkRange = ItemRange;
 FP4GAP_HD constexpr ChunkRange split_chunk_range(std::int64_t k_chunks, int split_k, int s) {
-  const std::int64_t base = k_chunks / split_k, extra = k_chunks % split_k;
-  const std::int64_t begin = s * base + (s < extra ? s : extra);
-  return {begin, begin + base + (s < extra ? 1 : 0)};
+  return even_part(k_chunks, split_k, s);
 }
 
 // A plan for an explicit configuration and split; throws InvalidArgument on a bad shape, a

@@ -191,6 +191,17 @@ constexpr std::string_view to_string(ScaleLayout l) {
 FP4GAP_HD constexpr std::int64_t round_up(std::int64_t x, std::int64_t m) { return (x + m - 1) / m * m; }
 FP4GAP_HD constexpr std::int64_t ceil_div(std::int64_t x, std::int64_t m) { return (x + m - 1) / m; }
 
+// Items [begin, end) of part `part` of `count` items cut into `parts` contiguous parts: each part
+// at most one item larger than another, none empty while count >= parts (split-K ranges).
+struct ItemRange {
+  std::int64_t begin, end;
+};
+FP4GAP_HD constexpr ItemRange even_part(std::int64_t count, int parts, int part) {
+  const std::int64_t base = count / parts, extra = count % parts;
+  const std::int64_t begin = part * base + (part < extra ? part : extra);
+  return {begin, begin + base + (part < extra ? 1 : 0)};
+}
+
 // Shape of the scale array, in bytes, for a [rows, k] NVFP4 matrix (k % 16 == 0).
 struct ScaleShape {
   std::int64_t rows;

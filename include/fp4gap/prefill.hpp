@@ -245,13 +245,9 @@ Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, const TileConfig&
 
 // K blocks [begin, end) that split `s` of `split_k` accumulates; every split gets at most one
 // block more than another, and none is empty while k_blocks >= split_k.
-struct KRange {
-  std::int64_t begin, end;
-};
+using KRange = ItemRange;
 FP4GAP_HD constexpr KRange split_k_range(std::int64_t k_blocks, int split_k, int s) {
-  const std::int64_t base = k_blocks / split_k, extra = k_blocks % split_k;
-  const std::int64_t begin = s * base + (s < extra ? s : extra);
-  return {begin, begin + base + (s < extra ? 1 : 0)};
+  return even_part(k_blocks, split_k, s);
 }
 
 // ---- Persistent schedule ----

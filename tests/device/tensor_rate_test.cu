@@ -303,8 +303,8 @@ TEST(TensorRate, DISABLED_WgmmaWithConcurrentCopies) {
           if (wgmma && stage_bytes == 0) alone_cycles = c;
           const double instructions = static_cast<double>(kGroups) * kStepsPerGroup * wgs;
           const double reads = wgmma ? 32.0 * N * instructions / c : 0.0;
-          char name[64];
-          std::snprintf(name, sizeof(name), wgmma ? "m64n%dk16 (A: regs)" : "none (copies alone)", N);
+          char name[64] = "none (copies alone)";
+          if (wgmma) std::snprintf(name, sizeof(name), "m64n%dk16 (A: regs)", N);
           std::printf("%-26s %4d %9d | %13.1f %12.1f %12.1f %12.1f\n", name, wgs, stage_bytes,
                       wgmma ? c / instructions : 0.0, reads, copies, reads + copies);
         }

@@ -23,3 +23,30 @@ if ! command -v nvcc >/dev/null; then
     echo "error: the CUDA toolkit (nvcc) is required to build fp4gap" >&2; exit 1
   fi
 fi
+# cuobjdump and the nvdisasm it runs, for the SASS audit test: the toolkit's where it has them,
+# else NVIDIA's own builds from PyPI (the nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels),
+# unpacked into .deps/cuda-tools/bin.
+tools_version=13.5.37
+for tool in cuobjdump nvdisasm; do
+  if command -v "$tool" >/dev/null || [ -x "/usr/local/cuda/bin/$tool" ] || [ -x ".deps/cuda-tools/bin/$tool" ]; then
+    continue
+  fi
+  echo "staging $tool $tools_version from PyPI into .deps/cuda-tools/bin"
+  mkdir -p .deps/cuda-tools/bin
+  wheels=$(mktemp -d)
+  if python3 -m pip download --quiet --no-deps --dest "$wheels" "nvidia-cuda-$tool==$tools_version"; then
+    python3 - "$tool" "$tools_version" "$wheels" <<'PY'
+import glob, os, sys, zipfile
+tool, version, wheels = sys.argv[1:4]
+wheel = sorted(glob.glob(f"{wheels}/nvidia_cuda_{tool}-{version}-*.whl"))[-1]
+with zipfile.ZipFile(wheel) as z:
+    data = z.read(f"nvidia/cu13/bin/{tool}")
+with open(f".deps/cuda-tools/bin/{tool}", "wb") as f:
+    f.write(data)
+os.chmod(f".deps/cuda-tools/bin/{tool}", 0o755)
+PY
+  else
+    echo "warning: could not stage $tool (not in the toolkit, PyPI not reached): the SASS audit test will fail" >&2
+  fi
+  rm -rf "$wheels"
+done

@@ -1,0 +1,41 @@
+#pragma once
+// What the built GPU code is, read from `cuobjdump -res-usage -sass` of the CUDA library: per
+// architecture and kernel, its resource usage and how many SASS instructions of each opcode it
+// holds. The audit rules (sass_audit_test.cpp) check what the kernel docs claim about the
+// machine code: the prefill GEMM multiplies with HGMMA (wgmma), the decode GEMM with HMMA
+// (mma.sync), and no GEMM kernel touches local memory (no spills, no local arrays).
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fp4gap::sass {
+
+struct KernelListing {
+  std::string arch;     // "sm_90a"
+  std::string mangled;  // the symbol
+  int registers = -1;   // -1: no resource line seen
+  int stack_bytes = -1;
+  int local_bytes = -1;
+  int instructions = 0;                // SASS instructions, NOPs included
+  std::map<std::string, int> opcodes;  // base opcode ("HGMMA", "STL") -> count
+
+  int count(const std::string& opcode) const;
+  std::string name() const;  // demangled (the symbol if it does not demangle)
+};
+
+// Every kernel of every ELF (cubin) section of the listing: one entry per (arch, symbol), in the
+// order the resource-usage or SASS section first names it. Throws std::runtime_error quoting the
+// line when a resource line cannot be read.
+std::vector<KernelListing> parse_cuobjdump(std::string_view listing);
+
+// The rules. Each broken rule is one line naming the architecture, the kernel and the rule:
+//  - every GEMM kernel (prefill_gemm_kernel on sm_90a, decode_gemm_kernel and decode_stream_kernel
+//    on every architecture) has no local memory: 0 local and 0 stack bytes, no LDL / STL;
+//  - every prefill_gemm_kernel on sm_90a issues HGMMA; every decode kernel issues HMMA;
+//  - the listing holds prefill_gemm_kernel for sm_90a when `archs` names sm_90a, and
+//    decode_gemm_kernel for every architecture in `archs` (so that a listing of nothing fails).
+std::vector<std::string> audit_gemm_kernels(const std::vector<KernelListing>& kernels,
+                                            const std::vector<std::string>& archs);
+
+}  // namespace fp4gap::sass

@@ -83,7 +83,8 @@ TEST(SassListing, ReadsResourcesAndOpcodesPerArchitecture) {
   EXPECT_EQ(prefill.registers, 168);
   EXPECT_EQ(prefill.local_bytes, 0);
   EXPECT_EQ(prefill.stack_bytes, 0);
-  EXPECT_EQ(prefill.instructions, 4);
+  EXPECT_EQ(prefill.code.size(), 4u);
+  EXPECT_EQ(prefill.code[2].address, 0x10000u);
   EXPECT_EQ(prefill.count("HGMMA"), 2);  // one of them predicated
   EXPECT_EQ(prefill.count("LDC"), 1);
   EXPECT_EQ(prefill.count("HMMA"), 0);
@@ -91,8 +92,27 @@ TEST(SassListing, ReadsResourcesAndOpcodesPerArchitecture) {
   EXPECT_EQ(find(ks, "sm_90a", kDecode).registers, 96);
   const KernelListing& decode120 = find(ks, "sm_120a", kDecode);
   EXPECT_EQ(decode120.registers, 90);
-  EXPECT_EQ(decode120.instructions, 3);
+  EXPECT_EQ(decode120.code.size(), 3u);
   EXPECT_EQ(decode120.count("HMMA"), 1);
+}
+
+TEST(SassListing, FindsTheMainLoop) {
+  // An outer loop (0x00-0xb0) around a 2-MMA loop (0x10-0x30 and, by a second branch, 0x10-0x40)
+  // and a 1-MMA tail loop (0x60-0x80): the main loop is the densest, 0x10-0x30.
+  const std::string listing =
+      elf_section("sm_90a", resources(kDecode, 96, 0),
+                  function(kDecode, {"NOP", "HMMA.16816.F32.BF16 R4, R8, R12, R4", "HMMA.16816.F32.BF16 R4, R8, R12, R4",
+                                     "@P0 BRA 0x10", "BRA.U !UP0, 0x10", "IADD3 R1, R1, 1, RZ",
+                                     "HMMA.16816.F32.BF16 R4, R8, R12, R4", "ISETP.NE.AND P0, PT, R1, RZ, PT",
+                                     "@P0 BRA 0x60", "NOP", "NOP", "@P1 BRA 0x0", "EXIT"}));
+  const KernelListing& k = find(parse_cuobjdump(listing), "sm_90a", kDecode);
+  EXPECT_EQ(k.code[3].branch_target, 0x10);
+  EXPECT_EQ(k.code[4].branch_target, 0x10);
+  EXPECT_EQ(k.code[5].branch_target, -1);
+  const Loop main = k.main_loop("HMMA");
+  EXPECT_EQ(main.instructions, 3);
+  EXPECT_EQ(main.mma, 2);
+  EXPECT_EQ(k.main_loop("HGMMA").mma, 0);
 }
 
 TEST(SassListing, RejectsAResourceLineItCannotRead) {
@@ -175,15 +195,20 @@ TEST(SassAudit, BuiltGemmKernels) {
   const std::vector<std::string> broken = audit_gemm_kernels(kernels, built_archs());
   for (const std::string& b : broken) ADD_FAILURE() << b << "\nrepro: " << cuobjdump << " -res-usage -sass " << library;
 
-  // The GEMM kernels' figures, for the record (docs/KERNELS-*.md quote them).
+  // The GEMM kernels' figures, for the record (docs/KERNELS-*.md quote them): registers, local
+  // bytes, instructions, MMA instructions, and the steady-state main loop's instructions and
+  // MMAs (the prefill kernels' stubs for other architectures are left out).
   std::ostringstream table;
   table << std::left << std::setw(9) << "arch" << std::right << std::setw(5) << "regs" << std::setw(7) << "local"
-        << std::setw(8) << "instrs" << std::setw(7) << "HGMMA" << std::setw(6) << "HMMA"
-        << "  kernel\n";
+        << std::setw(8) << "instrs" << std::setw(7) << "MMA" << std::setw(11) << "loop" << std::setw(9)
+        << "loop MMA" << "  kernel\n";
   for (const KernelListing& k : kernels) {
-    if (k.mangled.find("gemm_kernel") == std::string::npos && k.mangled.find("stream_kernel") == std::string::npos) {
-      continue;
-    }
+    const bool prefill = k.mangled.find("prefill_gemm_kernel") != std::string::npos;
+    const bool decode = k.mangled.find("decode_gemm_kernel") != std::string::npos ||
+                        k.mangled.find("decode_stream_kernel") != std::string::npos;
+    if (!(prefill && k.arch == "sm_90a") && !decode) continue;
+    const std::string mma = prefill ? "HGMMA" : "HMMA";
+    const Loop loop = k.main_loop(mma);
     std::string name = k.name();
     // Without the parameter list: the parenthesis that closes the name, matched backwards.
     int depth = 0;
@@ -195,8 +220,8 @@ TEST(SassAudit, BuiltGemmKernels) {
       }
     }
     table << std::left << std::setw(9) << k.arch << std::right << std::setw(5) << k.registers << std::setw(7)
-          << k.local_bytes << std::setw(8) << k.instructions << std::setw(7) << k.count("HGMMA") << std::setw(6)
-          << k.count("HMMA") << "  " << name << "\n";
+          << k.local_bytes << std::setw(8) << k.code.size() << std::setw(7) << k.count(mma) << std::setw(11)
+          << loop.instructions << std::setw(9) << loop.mma << "  " << name << "\n";
   }
   std::cout << table.str();
 }

@@ -24,6 +24,31 @@ std::string KernelListing::name() const {
   return status == 0 && d ? std::string(d.get()) : mangled;
 }
 
+Loop KernelListing::main_loop(const std::string& mma) const {
+  struct Span {
+    std::size_t first, last;  // instruction indices, inclusive
+    int mma;
+  };
+  std::vector<Span> loops;
+  for (std::size_t i = 0; i < code.size(); ++i) {
+    const std::int64_t target = code[i].branch_target;
+    if (target < 0 || target > static_cast<std::int64_t>(code[i].address)) continue;
+    const auto first = std::find_if(code.begin(), code.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                                    [&](const Instruction& c) { return c.address == target; });
+    const int n = static_cast<int>(std::count_if(first, code.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                                                 [&](const Instruction& c) { return c.opcode == mma; }));
+    if (n > 0) loops.push_back({static_cast<std::size_t>(first - code.begin()), i, n});
+  }
+  Loop best;
+  for (const Span& l : loops) {
+    const int size = static_cast<int>(l.last - l.first + 1);
+    // Densest first (mma / size, compared as cross products), then the most MMAs.
+    const long lhs = static_cast<long>(l.mma) * best.instructions, rhs = static_cast<long>(best.mma) * size;
+    if (best.mma == 0 || lhs > rhs || (lhs == rhs && l.mma > best.mma)) best = {size, l.mma};
+  }
+  return best;
+}
+
 namespace {
 
 std::string_view trim(std::string_view s) {
@@ -35,24 +60,32 @@ std::string_view trim(std::string_view s) {
 
 bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
 
-// The opcode of an instruction line "/*0a40*/  @!P0 HGMMA.64x128x16.F32.BF16 R24, ... ;", without
-// its modifiers; "" for any other line.
-std::string opcode_of(std::string_view line) {
+// An instruction line "/*0a40*/  @!P0 HGMMA.64x128x16.F32.BF16 R24, ... ;", its opcode without
+// modifiers and, for a branch, the target; false for any other line.
+bool parse_instruction(std::string_view line, Instruction& out) {
   const std::string_view t = trim(line);
-  if (!starts_with(t, "/*")) return {};
+  if (!starts_with(t, "/*")) return false;
   const auto close = t.find("*/");
   if (close == std::string_view::npos || close < 3 ||
       t.substr(2, close - 2).find_first_not_of("0123456789abcdef") != std::string_view::npos) {
-    return {};  // an encoding comment, not an address
+    return false;  // an encoding comment, not an address
   }
+  out.address = static_cast<std::uint32_t>(std::stoul(std::string(t.substr(2, close - 2)), nullptr, 16));
   std::string_view rest = trim(t.substr(close + 2));
   if (!rest.empty() && rest.front() == '@') {  // a predicate guard
     const auto space = rest.find(' ');
-    if (space == std::string_view::npos) return {};
+    if (space == std::string_view::npos) return false;
     rest = trim(rest.substr(space));
   }
   const auto end = rest.find_first_of(" .;");
-  return std::string(rest.substr(0, end));
+  out.opcode = std::string(rest.substr(0, end));
+  out.branch_target = -1;
+  if (out.opcode == "BRA") {
+    const std::string_view operands = rest.substr(0, rest.find(';'));
+    const auto hex = operands.rfind("0x");
+    if (hex != std::string_view::npos) out.branch_target = std::stoll(std::string(operands.substr(hex + 2)), nullptr, 16);
+  }
+  return !out.opcode.empty();
 }
 
 }  // namespace
@@ -109,10 +142,10 @@ std::vector<KernelListing> parse_cuobjdump(std::string_view listing) {
       resource_of->local_bytes = std::stoi(m[3].str());
       resource_of = nullptr;
     } else if (code_of != nullptr) {
-      const std::string op = opcode_of(line);
-      if (!op.empty()) {
-        ++code_of->instructions;
-        ++code_of->opcodes[op];
+      Instruction ins;
+      if (parse_instruction(line, ins)) {
+        ++code_of->opcodes[ins.opcode];
+        code_of->code.push_back(std::move(ins));
       }
     }
   }

@@ -4,6 +4,7 @@
 // holds. The audit rules (sass_audit_test.cpp) check what the kernel docs claim about the
 // machine code: the prefill GEMM multiplies with HGMMA (wgmma), the decode GEMM with HMMA
 // (mma.sync), and no GEMM kernel touches local memory (no spills, no local arrays).
+#include <cstdint>
 #include <map>
 #include <string>
 #include <string_view>
@@ -11,17 +12,34 @@
 
 namespace fp4gap::sass {
 
+struct Instruction {
+  std::uint32_t address = 0;
+  std::string opcode;             // without modifiers: "HGMMA", "BRA"
+  std::int64_t branch_target = -1;  // a BRA's target address
+};
+
+// A loop: the instructions from a backward branch's target to the branch.
+struct Loop {
+  int instructions = 0;
+  int mma = 0;  // instructions of the given MMA opcode in it
+};
+
 struct KernelListing {
   std::string arch;     // "sm_90a"
   std::string mangled;  // the symbol
   int registers = -1;   // -1: no resource line seen
   int stack_bytes = -1;
   int local_bytes = -1;
-  int instructions = 0;                // SASS instructions, NOPs included
-  std::map<std::string, int> opcodes;  // base opcode ("HGMMA", "STL") -> count
+  std::vector<Instruction> code;        // SASS, NOPs included
+  std::map<std::string, int> opcodes;  // opcode -> count
 
   int count(const std::string& opcode) const;
   std::string name() const;  // demangled (the symbol if it does not demangle)
+  // The steady-state main loop: of the loops (backward branches) that hold `mma` instructions, the
+  // one with the most per instruction, then the most of them (a kernel's unrolled K loop, not its
+  // tail or the tile loop around it; loops that the compiler rotated may overlap without nesting,
+  // so nesting alone does not tell); {0, 0} if none.
+  Loop main_loop(const std::string& mma) const;
 };
 
 // Every kernel of every ELF (cubin) section of the listing: one entry per (arch, symbol), in the

@@ -547,11 +547,14 @@ TEST(PrefillKernel, DISABLED_Timeline) {
     auto field = [&](std::size_t cta, int f) { return static_cast<double>(t[cta * prefill::kTimelineFields + f]); };
     double begin = field(0, 0), end = field(0, 3);
     std::vector<double> first, main_loop, epilogue, gaps, block_cycles, clock_ghz;
+    std::vector<double> exchange, reduce, last_barrier;  // a cluster split's epilogue, in parts
     std::vector<std::vector<std::size_t>> per_sm(static_cast<std::size_t>(gpu().sm_count));
     for (std::size_t c = 0; c < ctas; ++c) {
       ASSERT_LE(field(c, 0), field(c, 1)) << "CTA " << c;
       ASSERT_LE(field(c, 1), field(c, 2)) << "CTA " << c;
-      ASSERT_LE(field(c, 2), field(c, 3)) << "CTA " << c;
+      ASSERT_LE(field(c, 2), field(c, 6)) << "CTA " << c;
+      ASSERT_LE(field(c, 6), field(c, 7)) << "CTA " << c;
+      ASSERT_LE(field(c, 7), field(c, 3)) << "CTA " << c;
       const auto sm = static_cast<std::size_t>(field(c, 4));
       ASSERT_LT(sm, per_sm.size()) << "CTA " << c;
       begin = std::min(begin, field(c, 0));
@@ -559,6 +562,9 @@ TEST(PrefillKernel, DISABLED_Timeline) {
       first.push_back((field(c, 1) - field(c, 0)) * 1e-3);
       main_loop.push_back((field(c, 2) - field(c, 1)) * 1e-3);
       epilogue.push_back((field(c, 3) - field(c, 2)) * 1e-3);
+      exchange.push_back((field(c, 6) - field(c, 2)) * 1e-3);
+      reduce.push_back((field(c, 7) - field(c, 6)) * 1e-3);
+      last_barrier.push_back((field(c, 3) - field(c, 7)) * 1e-3);
       // A persistent CTA's main-loop span covers several tiles: per K block only for the others.
       const prefill::KRange kr = prefill::split_k_range(plan.k_blocks, plan.split_k,
                                                         static_cast<int>(c % static_cast<std::size_t>(plan.split_k)));
@@ -585,6 +591,12 @@ TEST(PrefillKernel, DISABLED_Timeline) {
                 median(main_loop), largest(main_loop), median(epilogue), largest(epilogue), median(gaps), largest(gaps),
                 block_cycles.empty() ? "     -" : std::to_string(std::lround(median(block_cycles))).c_str(),
                 median(clock_ghz));
+    if (plan.split_k > 1 && plan.reduction == prefill::SplitReduction::cluster) {
+      std::printf("  cluster epilogue, medians / max: partials written and the cluster's barrier passed %5.2f / %5.2f "
+                  "us, share reduced and stored %5.2f / %5.2f us, last barrier %5.2f / %5.2f us\n",
+                  median(exchange), largest(exchange), median(reduce), largest(reduce), median(last_barrier),
+                  largest(last_barrier));
+    }
     // When the first pass's K blocks arrive, in us from the CTA's start (medians over CTAs, at the
     // CTAs' median clock): a steady spacing after the first is the rate the CTA's stream delivers.
     const double ghz = median(clock_ghz);

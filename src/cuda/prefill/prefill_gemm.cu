@@ -627,7 +627,10 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
         if (iters - kInFlight + j >= 0 && lane == 0) ptx::mbarrier_arrive(empty_bar(pending[j]));
       }
       if (timeline != nullptr && threadIdx.x == 0) {
-        timeline_field(2) = ptx::global_timer();
+        const std::uint64_t now = ptx::global_timer();
+        timeline_field(2) = now;
+        timeline_field(6) = now;  // the cluster split's marks (below), if any
+        timeline_field(7) = now;
         timeline_field(5) = static_cast<std::uint32_t>(clock()) - c_first_data;
       }
       // Every K block of this CTA has arrived: the next kernel may start its prologue on SMs
@@ -733,6 +736,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
               make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
         }
         ptx::cluster_sync();
+        if (timeline != nullptr && threadIdx.x == 0) timeline_field(6) = ptx::global_timer();
         // This CTA reduces its share of the accumulator quads, adding the partials of ranks 0, 1, ...
         // in that order whatever the rank: the sum is the same bits on every run. Quad i holds
         // output rows 8i .. 8i + 7, so a share is a band of whole rows: staged after the partials
@@ -778,6 +782,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
         ptx::named_barrier(1, kConsumerWarpgroups * 128);
         store_staged_tile(staged, out, out_type, m, n, unit.row0 + 8 * static_cast<int>(share.begin), nt * kBlockN,
                           8 * static_cast<int>(share.end - share.begin), thread);
+        if (timeline != nullptr && threadIdx.x == 0) timeline_field(7) = ptx::global_timer();
         ptx::cluster_sync();  // no CTA leaves while another still reads its shared memory
       }
     };

@@ -56,8 +56,12 @@ struct Nvfp4Activations {
 
 // Words per CTA of the optional timeline: %globaltimer (ns) at the CTA's start, when its first stage
 // had arrived, at the end of its main loop and at the end of its epilogue, then its SM id and the
-// SM clock cycles (32-bit clock) from the first stage's arrival to the end of the main loop.
-inline constexpr int kTimelineFields = 6;
+// SM clock cycles (32-bit clock) from the first stage's arrival to the end of the main loop, then
+// two more %globaltimer marks inside a cluster split-K epilogue: when every partial tile of the
+// cluster is written (its first cluster barrier returned) and when this CTA's share of the tile is
+// reduced and stored (before its last cluster barrier); other epilogues leave both at the main
+// loop's end.
+inline constexpr int kTimelineFields = 8;
 // After every CTA's fields, kTimelineArrivals words per CTA: the SM clock cycles from the CTA's
 // start (after its barrier setup) to the arrival of each of its first K blocks (the first pass
 // over the ring, at most kTimelineArrivals; 0 beyond), watched by an otherwise idle producer thread.

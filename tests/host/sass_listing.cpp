@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <regex>
 #include <set>
@@ -13,8 +14,7 @@
 namespace fp4gap::sass {
 
 int KernelListing::count(const std::string& opcode) const {
-  const auto it = opcodes.find(opcode);
-  return it == opcodes.end() ? 0 : it->second;
+  return static_cast<int>(std::count_if(code.begin(), code.end(), [&](const Instruction& c) { return c.opcode == opcode; }));
 }
 
 std::string KernelListing::name() const {
@@ -143,10 +143,7 @@ std::vector<KernelListing> parse_cuobjdump(std::string_view listing) {
       resource_of = nullptr;
     } else if (code_of != nullptr) {
       Instruction ins;
-      if (parse_instruction(line, ins)) {
-        ++code_of->opcodes[ins.opcode];
-        code_of->code.push_back(std::move(ins));
-      }
+      if (parse_instruction(line, ins)) code_of->code.push_back(std::move(ins));
     }
   }
   return kernels;

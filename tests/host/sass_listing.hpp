@@ -1,11 +1,10 @@
 #pragma once
 // What the built GPU code is, read from `cuobjdump -res-usage -sass` of the CUDA library: per
-// architecture and kernel, its resource usage and how many SASS instructions of each opcode it
-// holds. The audit rules (sass_audit_test.cpp) check what the kernel docs claim about the
-// machine code: the prefill GEMM multiplies with HGMMA (wgmma), the decode GEMM with HMMA
-// (mma.sync), and no GEMM kernel touches local memory (no spills, no local arrays).
+// architecture and kernel, its resource usage and its SASS instructions. The audit rules
+// (sass_audit_test.cpp) check what the kernel docs claim about the machine code: the prefill GEMM
+// multiplies with HGMMA (wgmma), the decode GEMM with HMMA (mma.sync), and no GEMM kernel touches
+// local memory (no spills, no local arrays).
 #include <cstdint>
-#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,10 +29,9 @@ struct KernelListing {
   int registers = -1;   // -1: no resource line seen
   int stack_bytes = -1;
   int local_bytes = -1;
-  std::vector<Instruction> code;        // SASS, NOPs included
-  std::map<std::string, int> opcodes;  // opcode -> count
+  std::vector<Instruction> code;  // SASS, NOPs included
 
-  int count(const std::string& opcode) const;
+  int count(const std::string& opcode) const;  // instructions of that opcode
   std::string name() const;  // demangled (the symbol if it does not demangle)
   // The steady-state main loop: of the loops (backward branches) that hold `mma` instructions, the
   // one with the most per instruction, then the most of them (a kernel's unrolled K loop, not its

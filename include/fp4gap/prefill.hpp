@@ -45,6 +45,10 @@ inline constexpr int kMaxSplitK = 8;
 // consumers' fragment writes conflict-free (bank = (4 row + col) % 32 over a warp's lanes) and keep
 // rows 16-byte aligned for the vector reads that feed the global stores.
 inline constexpr int kStagedStride = kBlockN + 4;
+// Upper bound on the prefill kernel's own (static) shared memory: its split-K barriers and flag
+// (80 bytes from nvcc 13.0; a device test checks every instantiation against it). A block needs
+// this beside its dynamic request, within the device's per-block opt-in limit.
+inline constexpr int kKernelStaticSmemBytes = 128;
 
 // ---- Tile configurations ----
 

@@ -86,11 +86,12 @@ Status check_tile_config(const TileConfig& c, const DeviceContext& device) {
        << " stages, and a persistent config copies one K block at a time";
     return Status::not_supported(os.str());
   }
-  const std::int64_t need = c.smem_bytes();
+  const std::int64_t need = c.smem_bytes() + kKernelStaticSmemBytes;
   if (need > device.smem_per_block_optin) {
     std::ostringstream os;
-    os << c.name() << " needs " << need << " bytes of shared memory per block; " << device.name
-       << " allows " << device.smem_per_block_optin;
+    os << c.name() << " needs " << need << " bytes of shared memory per block (" << c.smem_bytes()
+       << " requested + up to " << kKernelStaticSmemBytes << " of the kernel's own); " << device.name << " allows "
+       << device.smem_per_block_optin;
     return Status::not_supported(os.str());
   }
   const std::int64_t ring = c.stages * c.stage_bytes();
@@ -362,7 +363,7 @@ Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, const DeviceCon
   const PlanCandidate* best = best_candidate(candidates);
   if (best == nullptr) {
     std::int64_t smallest = std::numeric_limits<std::int64_t>::max();
-    for (const TileConfig& c : tile_configs()) smallest = std::min(smallest, c.smem_bytes());
+    for (const TileConfig& c : tile_configs()) smallest = std::min(smallest, c.smem_bytes() + kKernelStaticSmemBytes);
     std::ostringstream os;
     os << "no prefill tile configuration fits in " << device.smem_per_block_optin
        << " bytes of shared memory per block (the smallest needs " << smallest << ")";

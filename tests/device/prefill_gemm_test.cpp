@@ -651,6 +651,19 @@ TEST(PrefillKernel, GraphReplayWritesTheSameBits) {
 
 // The launcher refuses activation maps made for another tile or copy group, or another shape,
 // naming both, before anything is launched.
+// The host plans with kKernelStaticSmemBytes for the kernel's own shared memory (check_tile_config,
+// `fp4gap plan`, the dequantizing kernels' limit): every compiled instantiation must stay within it.
+TEST(PrefillKernel, StaticSharedMemoryWithinTheHostBound) {
+  REQUIRE_HOPPER();
+  for (const prefill::TileConfig& c : prefill::tile_configs()) {
+    for (const bool dequant_act : {false, true}) {
+      if (dequant_act && !c.dequantizes_activations()) continue;
+      EXPECT_LE(prefill::kernel_static_smem_bytes(c, dequant_act), prefill::kKernelStaticSmemBytes)
+          << c.name() << (dequant_act ? " (dequantizing activations)" : "");
+    }
+  }
+}
+
 TEST(PrefillKernel, LaunchRefusesActivationMapsOfAnotherConfig) {
   REQUIRE_HOPPER();
   const std::int64_t m = 64, n = 128, k = 256;

@@ -71,8 +71,21 @@ TEST(PrefillConfig, FeasibilityAgainstTheDeviceLimit) {
   small.smem_per_block_optin = 101376;
   const Status s = check_tile_config(tile_configs()[0], small);
   EXPECT_EQ(s.code, StatusCode::not_supported);
-  EXPECT_NE(s.reason.find(std::to_string(tile_configs()[0].smem_bytes())), std::string::npos) << s.reason;
+  EXPECT_NE(s.reason.find(std::to_string(tile_configs()[0].smem_bytes() + kKernelStaticSmemBytes) + " bytes"),
+            std::string::npos)
+      << s.reason;
   EXPECT_NE(s.reason.find("101376"), std::string::npos) << s.reason;
+  // The block holds the kernel's own shared memory beside the dynamic request: a limit that fits
+  // the request alone is not enough.
+  for (const TileConfig& c : tile_configs()) {
+    DeviceContext exact = h200_context();
+    exact.smem_per_block_optin = c.smem_bytes() + kKernelStaticSmemBytes;
+    EXPECT_TRUE(check_tile_config(c, exact).is_ok()) << c.name();
+    exact.smem_per_block_optin -= 1;
+    const Status short_by_one = check_tile_config(c, exact);
+    EXPECT_EQ(short_by_one.code, StatusCode::not_supported) << c.name();
+    EXPECT_NE(short_by_one.reason.find("of the kernel's own"), std::string::npos) << short_by_one.reason;
+  }
 }
 
 TEST(PrefillConfig, CopyGroupsFillWholeRingsOfOneTile) {

@@ -40,7 +40,10 @@ void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& 
   // Whether the chosen plan dequantizes W4A4's activations in the kernel (the device also checks
   // the kernel's own shared-memory limit, a few hundred bytes lower); otherwise its GEMM runs
   // behind the activation pass, without workspace splits.
-  const bool w4a4_in_kernel = prefill::w4a4_dequantizes_in_kernel(chosen, s.k, device.smem_per_block_optin);
+  // What a dequantizing kernel may request: the opt-in limit less its own shared memory, as the
+  // runner computes it on the device.
+  const bool w4a4_in_kernel =
+      prefill::w4a4_dequantizes_in_kernel(chosen, s.k, device.smem_per_block_optin - prefill::kKernelStaticSmemBytes);
   const prefill::Plan w4a4_chosen = prefill::w4a4_plan(chosen, w4a4_in_kernel, c);
   const bool w4a4_differs = w4a4_chosen.describe() != chosen.describe();
   std::stable_sort(c.begin(), c.end(), [](const prefill::PlanCandidate& a, const prefill::PlanCandidate& b) {

@@ -863,30 +863,22 @@ KernelFn kernel_for(const TileConfig& c, bool dequant_act = false) {
   throw InvalidArgument("no prefill kernel compiled for " + c.name() + " (see prefill_tile_configs())");
 }
 
-// Dynamic shared memory the instantiation of `c` that dequantizes activations may request on the
-// current device: its opt-in limit less the kernel's static shared memory (its barriers and
-// flags). Asked once per device and kernel: every launch checks against it.
-std::int64_t dequant_kernel_smem_limit(const TileConfig& c) {
-  struct Entry {
-    int dev;
-    KernelFn fn;
-    std::int64_t bytes;
-  };
+// Dynamic shared memory an instantiation that dequantizes activations may request on the current
+// device: its opt-in limit less kKernelStaticSmemBytes, the bound on the kernel's own (what
+// `fp4gap plan` uses too, so both agree). Asked once per device: every launch checks against it.
+std::int64_t dequant_kernel_smem_limit() {
   static std::mutex mutex;
-  static std::vector<Entry> cache;
+  static std::vector<std::pair<int, std::int64_t>> cache;  // device, bytes
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
-  const KernelFn fn = kernel_for(c, true);
   std::lock_guard<std::mutex> lock(mutex);
-  for (const Entry& e : cache) {
-    if (e.dev == dev && e.fn == fn) return e.bytes;
+  for (const auto& [d, bytes] : cache) {
+    if (d == dev) return bytes;
   }
   int optin = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  cudaFuncAttributes attr{};
-  CUDA_CHECK(cudaFuncGetAttributes(&attr, fn));
-  const std::int64_t bytes = static_cast<std::int64_t>(optin) - static_cast<std::int64_t>(attr.sharedSizeBytes);
-  cache.push_back({dev, fn, bytes});
+  const std::int64_t bytes = static_cast<std::int64_t>(optin) - kKernelStaticSmemBytes;
+  cache.emplace_back(dev, bytes);
   return bytes;
 }
 
@@ -907,7 +899,7 @@ void ensure_smem_attribute(const TileConfig& c) {
     if (dequant_act && !c.dequantizes_activations()) continue;
     const KernelFn fn = kernel_for(c, dequant_act);
     if (std::find(done.begin(), done.end(), fn) != done.end()) continue;
-    const std::int64_t bytes = dequant_act ? dequant_kernel_smem_limit(c) : c.smem_bytes();
+    const std::int64_t bytes = dequant_act ? dequant_kernel_smem_limit() : c.smem_bytes();
     cuda::set_shared_memory_attributes(fn, bytes);
     done.push_back(fn);
   }
@@ -1162,10 +1154,16 @@ namespace {
 // What a dequantizing launch of `plan` may request on the current device (0 where no such kernel
 // exists: check_activation_dequant_in_kernel names the tile rule first).
 std::int64_t activation_dequant_limit(const Plan& plan) {
-  return plan.config.dequantizes_activations() ? dequant_kernel_smem_limit(plan.config) : 0;
+  return plan.config.dequantizes_activations() ? dequant_kernel_smem_limit() : 0;
 }
 
 }  // namespace
+
+std::int64_t kernel_static_smem_bytes(const TileConfig& config, bool dequant_act) {
+  cudaFuncAttributes attr{};
+  CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel_for(config, dequant_act)));
+  return static_cast<std::int64_t>(attr.sharedSizeBytes);
+}
 
 Status check_activation_dequant_on_device(const Plan& plan, std::int64_t k) {
   return check_activation_dequant_in_kernel(plan, k, activation_dequant_limit(plan));

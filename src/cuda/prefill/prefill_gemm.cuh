@@ -83,8 +83,13 @@ void launch_gemm(const Plan& plan, const ActivationMaps& act_maps, const std::ui
                  OutputType out_type, std::int64_t m, std::int64_t n, float alpha, cudaStream_t stream,
                  std::uint64_t* timeline = nullptr, bool programmatic = false, void* workspace = nullptr);
 
+// The kernel's own (static) shared memory, as CUDA reports it for the instantiation of `config`
+// (the one dequantizing activations where `dequant_act`); kKernelStaticSmemBytes bounds it
+// (device-tested). Throws InvalidArgument for a config without that instantiation.
+std::int64_t kernel_static_smem_bytes(const TileConfig& config, bool dequant_act);
+
 // check_activation_dequant_in_kernel against what the kernel may request on the current device
-// (the opt-in limit less its static shared memory).
+// (the opt-in limit less kKernelStaticSmemBytes).
 Status check_activation_dequant_on_device(const Plan& plan, std::int64_t k);
 
 // prefill.hpp's w4a4_dequantizes_in_kernel against what the kernel may request on the current

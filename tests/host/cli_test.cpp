@@ -366,6 +366,13 @@ TEST(Cli, DiagnoseRejectsUnknownFormatsOnAnyMachine) {
   EXPECT_TRUE(has(r.err, "w4a8")) << "the message quotes the value: " << r.err;
 }
 
+TEST(Cli, DiagnoseRejectsABadMListOnAnyMachine) {
+  const CliResult r = run_cli("diagnose --m 16,0");
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_TRUE(has(r.err, "bad dimension list item \"0\": value must be >= 1")) << r.err;
+  EXPECT_EQ(r.out, "") << "nothing runs before the arguments are checked";
+}
+
 TEST(Cli, DiagnoseTakesAPresetAndRejectsAnUnknownOne) {
   const CliResult bad = run_cli("diagnose --preset glm6");
   EXPECT_EQ(bad.code, 2) << bad.out << bad.err;

@@ -128,7 +128,9 @@ int diagnose_with_device(const DeviceContext& device, const DiagnoseArgs& a, std
 }
 
 void run_diagnose(const DiagnoseArgs& a) {
-  diagnose_formats(a.formats);  // a bad --formats is an error on any machine, before any work
+  // A bad --formats or --m is an error on any machine, before any work.
+  diagnose_formats(a.formats);
+  parse_range_list(a.m);
   const DeviceContext device = query_device(0);
   // Straight to stdout, so a long GPU run shows its header before the table is done.
   std::ostringstream buffered;

@@ -42,6 +42,14 @@ struct GemmRow {
   std::optional<double> floor_us;        // empty kernel timed like the primary figure
   std::optional<double> event_floor_us;
   std::optional<int> sm_clock_mhz;
+  // The sustained mode (`fp4gap gemm --sustain MS`, timing.hpp): time per launch over the last
+  // half of MS of back-to-back replays, that half's length, and NVML's median SM clock and board
+  // power and the clock-event reasons in it ("none", or e.g. "SW power cap"; empty without NVML).
+  std::optional<double> sustained_us, sustained_ms;
+  std::optional<int> sustained_sm_clock_mhz;
+  std::optional<double> sustained_power_w;
+  std::string sustained_clock_reasons;
+  std::optional<double> sustained_vs_cublas_bf16;  // cublas-bf16's sustained_us / this one, same run
 
   // From the median and the bytes/FLOPs of what the runner really multiplies.
   std::optional<double> tflops, gbps;

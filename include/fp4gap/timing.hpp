@@ -6,6 +6,7 @@
 // Each mode's floor (an empty kernel timed the same way) is measured beside the results.
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,6 +33,50 @@ struct TimingOptions {
   // fewer than min_samples samples (or the counts above, when those are smaller).
   double budget_us_per_mode = 2e5;
   int min_samples = 5;
+  // Sustained mode, off at 0 (`fp4gap gemm --sustain MS`): after the graph mode its graph is
+  // replayed back to back for this long while a host thread reads the SM clock, the board power
+  // and the driver's clock-event reasons through NVML every clock_sample_ms. Only the second half
+  // counts: the first lets clocks and power settle under the load. The driver refreshes its
+  // readings about every 100 ms, so below ~400 ms there is little to read.
+  double sustain_ms = 0.0;
+  double clock_sample_ms = 10.0;
+};
+
+// One NVML reading during the sustained mode, at t_ms after the replays began. A field the
+// driver did not give is 0.
+struct DeviceSample {
+  double t_ms = 0.0;
+  int sm_clock_mhz = 0;
+  double power_w = 0.0;
+  std::uint64_t clock_event_reasons = 0;  // NVML's nvmlClocksEventReason* bits
+};
+
+// The readings of [from_ms, to_ms]: medians of the clock and the power over the samples that have
+// them, the lowest clock, and the union of the reasons. samples == 0 when none falls in the window.
+struct DeviceSampleSummary {
+  int samples = 0;
+  int sm_clock_mhz = 0;      // median
+  int min_sm_clock_mhz = 0;
+  double power_w = 0.0;      // median
+  std::uint64_t clock_event_reasons = 0;
+};
+DeviceSampleSummary summarize_device_samples(const std::vector<DeviceSample>& samples, double from_ms, double to_ms);
+
+// NVML's clock-event reason bits by name ("SW power cap, HW thermal slowdown"), in bit order;
+// "none" for 0; a bit NVML has not documented is named by its value ("0x200").
+std::string clock_event_reason_names(std::uint64_t bits);
+
+// Throws InvalidArgument naming the rule when sustain_ms is not finite and within [0, 60000] or
+// clock_sample_ms is not finite and within [1, 1000].
+void validate_sustain_options(const TimingOptions& options);
+
+// The sustained mode's result: the graph's time per launch over the counted half of the window
+// (events around it, replays kept at most a few ahead of the host) and what NVML read meanwhile.
+struct SustainedTiming {
+  double per_launch_us = 0.0;
+  double window_ms = 0.0;  // the counted half, as the events measured it
+  int replays = 0;         // graph replays in it
+  DeviceSampleSummary device;  // device.samples == 0 without NVML
 };
 
 // The counts time_launch uses for a launch measured at launch_us after warm-up (host logic).
@@ -49,6 +94,7 @@ struct Timing {
   double graph_floor_us = 0.0;
   double event_floor_us = 0.0;
   int sm_clock_mhz = 0;           // read through NVML after timing, 0 when unavailable
+  std::optional<SustainedTiming> sustained;  // TimingOptions::sustain_ms > 0 only
   std::vector<std::string> warnings;  // e.g. clock throttling
 };
 
@@ -90,7 +136,7 @@ Timing time_runner(GemmRunner& runner, const DeviceContext& device, const Timing
 // of [predecessor, run] over the runner's input sets, the predecessor's activations rotated with
 // them, minus the predecessor timed alone the same way: what the GEMM adds to that sequence
 // (percentiles shifted by the predecessor's median). Throws InvalidArgument for quantize when
-// K % 16 != 0 (the quantizer's rule).
+// K % 16 != 0 (the quantizer's rule). Behind another kernel the sustained mode is not run.
 Timing time_runner_after(GemmRunner& runner, const GemmProblem& problem, Predecessor predecessor,
                          const DeviceContext& device, const TimingOptions& options);
 

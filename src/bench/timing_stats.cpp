@@ -94,6 +94,64 @@ SamplePlan plan_samples(const TimingOptions& o, int input_sets, double launch_us
   return plan;
 }
 
+DeviceSampleSummary summarize_device_samples(const std::vector<DeviceSample>& samples, double from_ms, double to_ms) {
+  std::vector<double> clocks, powers;
+  DeviceSampleSummary d;
+  for (const DeviceSample& s : samples) {
+    if (s.t_ms < from_ms || s.t_ms > to_ms) continue;
+    ++d.samples;
+    d.clock_event_reasons |= s.clock_event_reasons;
+    if (s.sm_clock_mhz > 0) clocks.push_back(s.sm_clock_mhz);
+    if (s.power_w > 0.0) powers.push_back(s.power_w);
+  }
+  if (!clocks.empty()) {
+    std::sort(clocks.begin(), clocks.end());
+    d.sm_clock_mhz = static_cast<int>(std::lround(quantile_sorted(clocks, 0.5)));
+    d.min_sm_clock_mhz = static_cast<int>(clocks.front());
+  }
+  if (!powers.empty()) {
+    std::sort(powers.begin(), powers.end());
+    d.power_w = quantile_sorted(powers, 0.5);
+  }
+  return d;
+}
+
+std::string clock_event_reason_names(std::uint64_t bits) {
+  if (bits == 0) return "none";
+  // nvml.h's nvmlClocksEventReason* (formerly nvmlClocksThrottleReason*) bits.
+  constexpr std::pair<std::uint64_t, std::string_view> kNames[] = {
+      {0x1, "GPU idle"},           {0x2, "applications clocks setting"}, {0x4, "SW power cap"},
+      {0x8, "HW slowdown"},        {0x10, "sync boost"},                 {0x20, "SW thermal slowdown"},
+      {0x40, "HW thermal slowdown"}, {0x80, "HW power brake slowdown"},  {0x100, "display clock setting"},
+  };
+  std::string out;
+  for (int b = 0; b < 64; ++b) {
+    const std::uint64_t bit = std::uint64_t{1} << b;
+    if ((bits & bit) == 0) continue;
+    std::string name;
+    for (const auto& [value, text] : kNames) {
+      if (value == bit) name = text;
+    }
+    if (name.empty()) {
+      std::ostringstream os;
+      os << "0x" << std::hex << bit;
+      name = os.str();
+    }
+    out += (out.empty() ? "" : ", ") + name;
+  }
+  return out;
+}
+
+void validate_sustain_options(const TimingOptions& o) {
+  std::ostringstream os;
+  if (!std::isfinite(o.sustain_ms) || o.sustain_ms < 0.0 || o.sustain_ms > 60000.0) {
+    os << "the sustained mode runs 0 (off) to 60000 ms: sustain_ms = " << o.sustain_ms;
+  } else if (!std::isfinite(o.clock_sample_ms) || o.clock_sample_ms < 1.0 || o.clock_sample_ms > 1000.0) {
+    os << "NVML is read every 1 to 1000 ms: clock_sample_ms = " << o.clock_sample_ms;
+  }
+  if (!os.str().empty()) throw InvalidArgument(os.str());
+}
+
 namespace {
 struct PredecessorName {
   Predecessor value;

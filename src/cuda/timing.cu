@@ -3,9 +3,12 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cuda/common.cuh"
@@ -30,6 +33,9 @@ struct Nvml {
   NvmlReturn (*handle_by_pci_bus_id)(const char*, NvmlDevice*) = nullptr;
   NvmlReturn (*clock_info)(NvmlDevice, int, unsigned int*) = nullptr;
   NvmlReturn (*max_clock_info)(NvmlDevice, int, unsigned int*) = nullptr;
+  // Optional: the sustained mode reads them where the driver has them.
+  NvmlReturn (*power_usage_mw)(NvmlDevice, unsigned int*) = nullptr;
+  NvmlReturn (*clock_event_reasons)(NvmlDevice, unsigned long long*) = nullptr;
 };
 
 const Nvml& nvml() {
@@ -44,6 +50,11 @@ const Nvml& nvml() {
     lib.clock_info = reinterpret_cast<NvmlReturn (*)(NvmlDevice, int, unsigned int*)>(dlsym(h, "nvmlDeviceGetClockInfo"));
     lib.max_clock_info =
         reinterpret_cast<NvmlReturn (*)(NvmlDevice, int, unsigned int*)>(dlsym(h, "nvmlDeviceGetMaxClockInfo"));
+    lib.power_usage_mw = reinterpret_cast<NvmlReturn (*)(NvmlDevice, unsigned int*)>(dlsym(h, "nvmlDeviceGetPowerUsage"));
+    // Renamed in CUDA 12.2's NVML; older drivers export only the first name, newer ones both.
+    void* reasons = dlsym(h, "nvmlDeviceGetCurrentClocksEventReasons");
+    if (reasons == nullptr) reasons = dlsym(h, "nvmlDeviceGetCurrentClocksThrottleReasons");
+    lib.clock_event_reasons = reinterpret_cast<NvmlReturn (*)(NvmlDevice, unsigned long long*)>(reasons);
     if (lib.init == nullptr || lib.handle_by_pci_bus_id == nullptr || lib.clock_info == nullptr ||
         lib.max_clock_info == nullptr) {
       return;
@@ -82,6 +93,64 @@ SmClock read_sm_clock(NvmlDevice dev) {
   return c;
 }
 
+DeviceSample read_device_sample(NvmlDevice dev, double t_ms) {
+  DeviceSample s;
+  s.t_ms = t_ms;
+  const Nvml& lib = nvml();
+  unsigned int value = 0;
+  if (lib.clock_info(dev, kNvmlClockSm, &value) == 0) s.sm_clock_mhz = static_cast<int>(value);
+  if (lib.power_usage_mw != nullptr && lib.power_usage_mw(dev, &value) == 0) s.power_w = value / 1000.0;
+  unsigned long long reasons = 0;
+  if (lib.clock_event_reasons != nullptr && lib.clock_event_reasons(dev, &reasons) == 0) s.clock_event_reasons = reasons;
+  return s;
+}
+
+// Reads NVML every period_ms on a thread of its own from construction until stop(); without an
+// NVML device it reads nothing. Times are milliseconds since construction (start()).
+class DeviceSampler {
+ public:
+  using Clock = std::chrono::steady_clock;
+  DeviceSampler(NvmlDevice dev, double period_ms) : dev_(dev), period_(period_ms), start_(Clock::now()) {
+    if (dev_ != nullptr) thread_ = std::thread([this] { run(); });
+  }
+  DeviceSampler(const DeviceSampler&) = delete;
+  DeviceSampler& operator=(const DeviceSampler&) = delete;
+  ~DeviceSampler() { stop(); }
+
+  Clock::time_point start() const { return start_; }
+  std::vector<DeviceSample> stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    return std::move(samples_);
+  }
+
+ private:
+  void run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stopping_) {
+      lock.unlock();
+      const double t = std::chrono::duration<double, std::milli>(Clock::now() - start_).count();
+      DeviceSample s = read_device_sample(dev_, t);
+      lock.lock();
+      samples_.push_back(s);
+      wake_.wait_for(lock, std::chrono::duration<double, std::milli>(period_), [this] { return stopping_; });
+    }
+  }
+
+  NvmlDevice dev_;
+  double period_;
+  Clock::time_point start_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::vector<DeviceSample> samples_;
+  std::thread thread_;
+};
+
 void validate(const TimingOptions& o, int input_sets, const DeviceContext& device) {
   std::ostringstream os;
   if (!device.available) {
@@ -93,6 +162,7 @@ void validate(const TimingOptions& o, int input_sets, const DeviceContext& devic
   else if (o.graph_replays < 1) os << "graph_replays >= 1 required: graph_replays = " << o.graph_replays;
   else if (o.event_samples < 1) os << "event_samples >= 1 required: event_samples = " << o.event_samples;
   if (!os.str().empty()) throw InvalidArgument(os.str());
+  validate_sustain_options(o);
 }
 
 using Launch = std::function<void(int, void*)>;
@@ -109,9 +179,51 @@ struct GraphExec {
   }
 };
 
+// The sustained mode (TimingOptions::sustain_ms): the graph replayed back to back for sustain_ms,
+// at most kAhead replays queued beyond the one the host waits for, so that the host's clock and
+// the device's stay within a few replays of each other (the samples' window is host time). The
+// replays enqueued after the host passes half the time are the counted half.
+SustainedTiming sustained_replays(cudaGraphExec_t exec, int launches, double sustain_ms, double sample_ms,
+                                  NvmlDevice dev, cuda::Stream& stream) {
+  constexpr int kAhead = 4;
+  cuda::Event ring[kAhead];
+  cuda::Event mid, end;
+  DeviceSampler sampler(dev, sample_ms);
+  const auto elapsed_ms = [&] {
+    return std::chrono::duration<double, std::milli>(DeviceSampler::Clock::now() - sampler.start()).count();
+  };
+  double mid_ms = -1.0;
+  int counted = 0;
+  for (int i = 0;; ++i) {
+    const double now = elapsed_ms();
+    if (mid_ms < 0.0 && now >= 0.5 * sustain_ms) {
+      mid.record(stream.get());
+      mid_ms = now;
+    }
+    if (now >= sustain_ms && counted > 0) break;  // a replay longer than the window still counts once
+    if (i >= kAhead) CUDA_CHECK(cudaEventSynchronize(ring[i % kAhead].get()));
+    CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+    ring[i % kAhead].record(stream.get());
+    if (mid_ms >= 0.0) ++counted;
+  }
+  end.record(stream.get());
+  CUDA_CHECK(cudaEventSynchronize(end.get()));
+  const double end_ms = elapsed_ms();
+  const std::vector<DeviceSample> samples = sampler.stop();
+  SustainedTiming t;
+  t.replays = counted;
+  t.window_ms = static_cast<double>(end.ms_since(mid));
+  t.per_launch_us = 1000.0 * t.window_ms / (static_cast<double>(counted) * launches);
+  t.device = summarize_device_samples(samples, mid_ms, end_ms);
+  return t;
+}
+
 // Graph mode: `launches` back-to-back launches rotating over the input sets captured into one
-// graph; each sample is one replay between events, divided by the launches in it.
-std::vector<double> graph_samples(const Launch& launch, int input_sets, int launches, int replays, cuda::Stream& stream) {
+// graph; each sample is one replay between events, divided by the launches in it. With
+// `sustained`, the same graph then runs the sustained mode (TimingOptions::sustain_ms > 0).
+std::vector<double> graph_samples(const Launch& launch, int input_sets, int launches, int replays, cuda::Stream& stream,
+                                  const TimingOptions* sustain = nullptr, NvmlDevice dev = nullptr,
+                                  std::optional<SustainedTiming>* sustained = nullptr) {
   GraphExec g;
   // Thread-local capture: other threads' CUDA calls neither join nor break this capture.
   CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
@@ -139,6 +251,9 @@ std::vector<double> graph_samples(const Launch& launch, int input_sets, int laun
     stop.record(stream.get());
     CUDA_CHECK(cudaEventSynchronize(stop.get()));
     us.push_back(1000.0 * static_cast<double>(stop.ms_since(start)) / launches);
+  }
+  if (sustain != nullptr && sustained != nullptr && sustain->sustain_ms > 0.0) {
+    *sustained = sustained_replays(g.exec, launches, sustain->sustain_ms, sustain->clock_sample_ms, dev, stream);
   }
   return us;
 }
@@ -198,7 +313,8 @@ Timing time_launch(const std::function<void(int set, void* stream)>& launch, int
   stream.synchronize();
 
   Timing t;
-  t.graph = summarize_samples(graph_samples(launch, input_sets, plan.graph_launches, plan.graph_replays, stream));
+  t.graph = summarize_samples(
+      graph_samples(launch, input_sets, plan.graph_launches, plan.graph_replays, stream, &options, nvml_dev, &t.sustained));
   const SmClock graph_clock = read_sm_clock(nvml_dev);
   t.event = summarize_samples(event_samples(launch, input_sets, plan.event_samples, flush, stream));
   const SmClock event_clock = read_sm_clock(nvml_dev);

@@ -81,6 +81,16 @@ const std::vector<Field>& fields() {
       {"event_floor_us", [](const GemmRow& r, std::size_t) { return opt_json(r.event_floor_us); }},
       {"sm_clock_mhz",
        [](const GemmRow& r, std::size_t) { return r.sm_clock_mhz ? J(*r.sm_clock_mhz) : J(nullptr); }},
+      {"sustained_us", [](const GemmRow& r, std::size_t) { return opt_json(r.sustained_us); }},
+      {"sustained_ms", [](const GemmRow& r, std::size_t) { return opt_json(r.sustained_ms); }},
+      {"sustained_sm_clock_mhz",
+       [](const GemmRow& r, std::size_t) {
+         return r.sustained_sm_clock_mhz ? J(*r.sustained_sm_clock_mhz) : J(nullptr);
+       }},
+      {"sustained_power_w", [](const GemmRow& r, std::size_t) { return opt_json(r.sustained_power_w); }},
+      {"sustained_clock_reasons", [](const GemmRow& r, std::size_t) { return J(r.sustained_clock_reasons); }},
+      {"sustained_vs_cublas_bf16",
+       [](const GemmRow& r, std::size_t) { return opt_json(r.sustained_vs_cublas_bf16); }},
       {"tflops", [](const GemmRow& r, std::size_t) { return opt_json(r.tflops); }},
       {"gbps", [](const GemmRow& r, std::size_t) { return opt_json(r.gbps); }},
       {"roof_us", [](const GemmRow& r, std::size_t) { return opt_json(r.roof_us); }},
@@ -122,6 +132,18 @@ std::string csv_value(const nlohmann::ordered_json& v) {
 std::string us_text(double us) { return format_fixed(us, us < 10 ? 2 : 1) + " us"; }
 
 std::string table_status(RowStatus s) { return s == RowStatus::incorrect ? "BROKEN" : std::string(to_string(s)); }
+
+// The sustained mode's figures of a row, for the table's notes; empty when it did not run.
+std::string sustained_note(const GemmRow& r) {
+  if (!r.sustained_us) return "";
+  std::string s = "sustained " + format_fixed(*r.sustained_us, *r.sustained_us < 10 ? 2 : 1) + " us per launch";
+  if (r.sustained_vs_cublas_bf16) s += " (" + format_fixed(*r.sustained_vs_cublas_bf16, 2) + "x cublas-bf16)";
+  if (r.sustained_ms) s += " over its last " + format_fixed(*r.sustained_ms, 0) + " ms";
+  if (r.sustained_sm_clock_mhz) s += ", SM " + std::to_string(*r.sustained_sm_clock_mhz) + " MHz";
+  if (r.sustained_power_w) s += ", " + format_fixed(*r.sustained_power_w, 0) + " W";
+  s += r.sustained_clock_reasons.empty() ? ", no NVML readings" : ", clock events: " + r.sustained_clock_reasons;
+  return s;
+}
 
 }  // namespace
 
@@ -261,6 +283,9 @@ void write_table(std::ostream& out, const std::vector<GemmRow>& rows) {
     std::string note;
     if (r.status != RowStatus::passed) note = std::string(to_string(r.status)) + ": " + r.reason;
     else if (!r.bound.empty()) note = r.bound + "-bound: " + r.bound_reason;
+    if (const std::string sustained = sustained_note(r); !sustained.empty()) {
+      note += (note.empty() ? "" : "; ") + sustained;
+    }
     if (!r.warnings.empty()) {
       if (!note.empty()) note += "; ";
       note += "warning: " + r.warnings;

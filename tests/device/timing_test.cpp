@@ -261,6 +261,47 @@ TEST(Timing, RejectsBadOptionsAndMissingDevice) {
   o.event_samples = 0;
   EXPECT_THROW(time_launch(noop, 1, gpu(), o), InvalidArgument);
   EXPECT_THROW(time_launch(noop, 0, gpu(), TimingOptions{}), InvalidArgument);
+  o = TimingOptions{};
+  o.sustain_ms = -1.0;
+  EXPECT_THROW(time_launch(noop, 1, gpu(), o), InvalidArgument);
+}
+
+TEST(Timing, SustainedModeReplaysForItsWindowAndReadsTheClock) {
+  REQUIRE_GPU();
+  // A 64 MiB memset per launch (~15-20 us on an H200): long enough that the host's loop and the
+  // graph launches cannot be what is timed.
+  constexpr std::size_t kBytes = std::size_t{64} << 20;
+  cuda::DeviceBuffer<std::uint8_t> scratch(2 * kBytes);
+  auto launch = [&](int set, void* stream) {
+    CUDA_CHECK(cudaMemsetAsync(scratch.get() + kBytes * set, set + 1, kBytes, cuda::as_stream(stream)));
+  };
+  TimingOptions o;
+  const Timing burst = time_launch(launch, 2, gpu(), o);
+  EXPECT_FALSE(burst.sustained.has_value()) << "the sustained mode is off by default";
+  o.sustain_ms = 400.0;
+  const Timing t = time_launch(launch, 2, gpu(), o);
+  ASSERT_TRUE(t.sustained.has_value());
+  const SustainedTiming& s = *t.sustained;
+  std::printf("sustained: %.2f us per launch over %.1f ms (%d replays), graph %.2f us; NVML: %d samples, %d MHz "
+              "(min %d), %.0f W, clock events: %s\n",
+              s.per_launch_us, s.window_ms, s.replays, t.graph.median_us, s.device.samples, s.device.sm_clock_mhz,
+              s.device.min_sm_clock_mhz, s.device.power_w, clock_event_reason_names(s.device.clock_event_reasons).c_str());
+  // The counted half is ~200 ms of device time: the host keeps at most a few replays ahead.
+  EXPECT_GT(s.window_ms, 150.0);
+  EXPECT_LT(s.window_ms, 300.0);
+  EXPECT_GE(s.replays, 1);
+  // Back to back, a memset runs at the rate the graph mode measured, give or take clocks.
+  EXPECT_GT(s.per_launch_us, 0.5 * t.graph.median_us);
+  EXPECT_LT(s.per_launch_us, 2.0 * t.graph.median_us);
+  if (s.device.samples > 0) {
+    // ~20 readings at 10 ms over 200 ms; the clock is read on every machine NVML knows.
+    EXPECT_GE(s.device.samples, 10);
+    EXPECT_GT(s.device.sm_clock_mhz, 0);
+    EXPECT_LE(s.device.min_sm_clock_mhz, s.device.sm_clock_mhz);
+  }
+  std::vector<std::uint8_t> host(16);
+  CUDA_CHECK(cudaMemcpy(host.data(), scratch.get() + kBytes, host.size(), cudaMemcpyDeviceToHost));
+  EXPECT_EQ(host[0], 2) << "the replays ran set 1";
 }
 
 TEST(Timing, CpuRunnerIsRejected) {

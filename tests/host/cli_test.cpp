@@ -351,6 +351,22 @@ TEST(Cli, GemmAfterAKernelSaysSoAndKeepsItInTheRepro) {
   EXPECT_FALSE(has(plain.out, "--after")) << plain.out;
 }
 
+TEST(Cli, GemmSustainIsCheckedAndKeptInTheRepro) {
+  const CliResult negative = run_cli("gemm --backends cpu-reference --m 4 --n 64 --k 64 --sustain -5");
+  EXPECT_EQ(negative.code, 2) << negative.out << negative.err;
+  EXPECT_TRUE(has(negative.err, "0 (off) to 60000 ms: sustain_ms = -5")) << negative.err;
+  EXPECT_EQ(negative.out, "");
+  const CliResult after = run_cli("gemm --backends cpu-reference --m 4 --n 64 --k 64 --sustain 500 --after norm");
+  EXPECT_EQ(after.code, 2) << after.out << after.err;
+  EXPECT_TRUE(has(after.err, "--sustain times back-to-back launches only: it cannot be combined with --after norm"))
+      << after.err;
+  // A host row is not replayed: no sustained figures, but the repro keeps the option.
+  const CliResult host = run_cli("gemm --backends cpu-reference --m 4 --n 64 --k 64 --ceilings datasheet --sustain 500");
+  ASSERT_EQ(host.code, 0) << host.err;
+  EXPECT_TRUE(has(host.out, "--ceilings datasheet --sustain 500\n")) << host.out;
+  EXPECT_FALSE(has(host.out, "sustained")) << host.out;
+}
+
 TEST(Cli, GemmPresetKeepsShapesThatTpBreaks) {
   const CliResult r = run_cli("gemm --preset glm5 --tp 3 --m 1 --backends cpu-reference --format csv --ceilings datasheet");
   ASSERT_EQ(r.code, 0) << r.err;

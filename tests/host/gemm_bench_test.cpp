@@ -406,6 +406,17 @@ TEST(GemmBench, SpeedupsNeedTheSameProblemAndMode) {
   EXPECT_DOUBLE_EQ(*rows[1].speedup_vs_cublas_bf16, 3.0);
   EXPECT_FALSE(rows[2].speedup_vs_cublas_bf16.has_value());
   EXPECT_FALSE(rows[3].speedup_vs_cublas_bf16.has_value());
+  EXPECT_FALSE(rows[1].sustained_vs_cublas_bf16.has_value()) << "no sustained figures, no sustained ratio";
+  // The sustained ratio needs both rows' sustained figures.
+  rows[0].sustained_us = 13.0;
+  rows[1].sustained_us = 5.2;
+  rows[3].sustained_us = 5.2;
+  fill_speedups(rows);
+  EXPECT_DOUBLE_EQ(*rows[1].sustained_vs_cublas_bf16, 2.5);
+  EXPECT_FALSE(rows[3].sustained_vs_cublas_bf16.has_value());
+  rows[0].sustained_us.reset();
+  fill_speedups(rows);
+  EXPECT_FALSE(rows[1].sustained_vs_cublas_bf16.has_value());
 }
 
 TEST(GemmBench, BackendSelectionAndNames) {

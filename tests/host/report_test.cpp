@@ -109,7 +109,8 @@ TEST(Report, CsvHeaderIsStable) {
   EXPECT_EQ(csv_header(),
             "index,backend,shape_name,problem,m,n,k,a_format,b_format,out_type,status,reason,config,reference,"
             "mode,median_us,p20_us,p80_us,samples,event_median_us,event_p20_us,event_p80_us,floor_us,"
-            "event_floor_us,sm_clock_mhz,tflops,gbps,roof_us,pct_of_roof,pct_compute_roof,pct_memory_roof,"
+            "event_floor_us,sm_clock_mhz,sustained_us,sustained_ms,sustained_sm_clock_mhz,sustained_power_w,"
+            "sustained_clock_reasons,sustained_vs_cublas_bf16,tflops,gbps,roof_us,pct_of_roof,pct_compute_roof,pct_memory_roof,"
             "pct_of_problem_roof,read_us,pct_of_read,bound,bound_reason,speedup_vs_cublas_bf16,max_abs_error,max_rel_error,warnings,"
             "repro");
 }
@@ -200,6 +201,37 @@ TEST(Report, TableShowsBrokenRowsNotesAndOneReproPerRow) {
   EXPECT_NE(s.find("[1] memory-bound: moves 50.5 MB"), std::string::npos) << s;
   EXPECT_NE(s.find("[1] fp4gap gemm --m 16 --n 4096 --k 6144 --backends cublas-bf16"), std::string::npos) << s;
   EXPECT_NE(s.find("[2] fp4gap gemm --backends own-kernel"), std::string::npos) << s;
+}
+
+TEST(Report, SustainedFiguresGoToTheNotesAndTheColumns) {
+  GemmRow r = passed_row();
+  r.sustained_us = 12.61;
+  r.sustained_ms = 1003.4;
+  r.sustained_sm_clock_mhz = 1605;
+  r.sustained_power_w = 698.4;
+  r.sustained_clock_reasons = "SW power cap";
+  r.sustained_vs_cublas_bf16 = 0.94;
+  GemmRow without_nvml = passed_row();
+  without_nvml.sustained_us = 11.0;
+  without_nvml.sustained_ms = 500.0;
+  std::ostringstream table;
+  write_table(table, {r, without_nvml, passed_row()});
+  const std::string s = table.str();
+  EXPECT_NE(s.find("[1] memory-bound: moves 50.5 MB: 11.8 us at 4.27 TB/s; sustained 12.6 us per launch (0.94x "
+                   "cublas-bf16) over its last 1003 ms, SM 1605 MHz, 698 W, clock events: SW power cap\n"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find("[2] memory-bound: moves 50.5 MB: 11.8 us at 4.27 TB/s; sustained 11.0 us per launch over its "
+                   "last 500 ms, no NVML readings\n"),
+            std::string::npos)
+      << s;
+  EXPECT_EQ(s.find("[3] memory-bound: moves 50.5 MB: 11.8 us at 4.27 TB/s;"), std::string::npos) << s;
+  const nlohmann::json j = nlohmann::json::parse(to_json(RunContext{}, {r, passed_row()}));
+  EXPECT_EQ(j["rows"][0]["sustained_us"].get<double>(), 12.61);
+  EXPECT_EQ(j["rows"][0]["sustained_sm_clock_mhz"].get<int>(), 1605);
+  EXPECT_EQ(j["rows"][0]["sustained_clock_reasons"], "SW power cap");
+  EXPECT_TRUE(j["rows"][1]["sustained_us"].is_null());
+  EXPECT_EQ(j["rows"][1]["sustained_clock_reasons"], "");
 }
 
 TEST(Report, VerdictPerShapeNamesTheBestTheGapAndTheBroken) {

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "fp4gap/status.hpp"
@@ -135,6 +136,58 @@ TEST(PlanSamples, RejectsBadArguments) {
   TimingOptions negative;
   negative.warmup_launches = -1;
   EXPECT_THROW(plan_samples(negative, 1, 10.0), InvalidArgument);
+}
+
+TEST(DeviceSamples, OnlyTheWindowCountsAndMissingFieldsAreLeftOut) {
+  const std::vector<DeviceSample> samples = {
+      {10.0, 1980, 300.0, 0x1},   // before the window: idle clocks, not counted
+      {60.0, 1710, 690.0, 0x4},
+      {70.0, 0, 0.0, 0x0},        // a reading that failed: counted, but gives no clock or power
+      {80.0, 1650, 700.0, 0x4},
+      {90.0, 1620, 705.0, 0x8},
+      {100.0, 1600, 710.0, 0x0},  // the window's end is included
+      {110.0, 1300, 720.0, 0x40}, // after it
+  };
+  const DeviceSampleSummary d = summarize_device_samples(samples, 50.0, 100.0);
+  EXPECT_EQ(d.samples, 5);
+  EXPECT_EQ(d.sm_clock_mhz, 1635);  // median of 1600, 1620, 1650, 1710
+  EXPECT_EQ(d.min_sm_clock_mhz, 1600);
+  EXPECT_DOUBLE_EQ(d.power_w, 702.5);
+  EXPECT_EQ(d.clock_event_reasons, 0xCu);
+}
+
+TEST(DeviceSamples, AnEmptyWindowSaysSo) {
+  const DeviceSampleSummary d = summarize_device_samples({{5.0, 1980, 100.0, 0x1}}, 10.0, 20.0);
+  EXPECT_EQ(d.samples, 0);
+  EXPECT_EQ(d.sm_clock_mhz, 0);
+  EXPECT_EQ(d.power_w, 0.0);
+  EXPECT_EQ(d.clock_event_reasons, 0u);
+}
+
+TEST(DeviceSamples, ReasonBitsAreNamedInBitOrder) {
+  EXPECT_EQ(clock_event_reason_names(0), "none");
+  EXPECT_EQ(clock_event_reason_names(0x4), "SW power cap");
+  EXPECT_EQ(clock_event_reason_names(0x4 | 0x40 | 0x1), "GPU idle, SW power cap, HW thermal slowdown");
+  EXPECT_EQ(clock_event_reason_names(0x80 | 0x200), "HW power brake slowdown, 0x200");
+}
+
+TEST(DeviceSamples, SustainOptionsAreChecked) {
+  TimingOptions o;
+  EXPECT_NO_THROW(validate_sustain_options(o));  // off by default
+  o.sustain_ms = 2000.0;
+  EXPECT_NO_THROW(validate_sustain_options(o));
+  o.sustain_ms = -1.0;
+  try {
+    validate_sustain_options(o);
+    ADD_FAILURE() << "a negative sustain_ms was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("0 (off) to 60000 ms: sustain_ms = -1"), std::string::npos) << e.what();
+  }
+  o.sustain_ms = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_THROW(validate_sustain_options(o), InvalidArgument);
+  o.sustain_ms = 1000.0;
+  o.clock_sample_ms = 0.5;
+  EXPECT_THROW(validate_sustain_options(o), InvalidArgument);
 }
 
 }  // namespace

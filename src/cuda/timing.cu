@@ -219,11 +219,10 @@ SustainedTiming sustained_replays(cudaGraphExec_t exec, int launches, double sus
 }
 
 // Graph mode: `launches` back-to-back launches rotating over the input sets captured into one
-// graph; each sample is one replay between events, divided by the launches in it. With
-// `sustained`, the same graph then runs the sustained mode (TimingOptions::sustain_ms > 0).
+// graph; each sample is one replay between events, divided by the launches in it. `then` runs
+// after the timed replays, with the graph still instantiated (the sustained mode replays it).
 std::vector<double> graph_samples(const Launch& launch, int input_sets, int launches, int replays, cuda::Stream& stream,
-                                  const TimingOptions* sustain = nullptr, NvmlDevice dev = nullptr,
-                                  std::optional<SustainedTiming>* sustained = nullptr) {
+                                  const std::function<void(cudaGraphExec_t)>& then = {}) {
   GraphExec g;
   // Thread-local capture: other threads' CUDA calls neither join nor break this capture.
   CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
@@ -252,9 +251,7 @@ std::vector<double> graph_samples(const Launch& launch, int input_sets, int laun
     CUDA_CHECK(cudaEventSynchronize(stop.get()));
     us.push_back(1000.0 * static_cast<double>(stop.ms_since(start)) / launches);
   }
-  if (sustain != nullptr && sustained != nullptr && sustain->sustain_ms > 0.0) {
-    *sustained = sustained_replays(g.exec, launches, sustain->sustain_ms, sustain->clock_sample_ms, dev, stream);
-  }
+  if (then) then(g.exec);
   return us;
 }
 
@@ -313,9 +310,15 @@ Timing time_launch(const std::function<void(int set, void* stream)>& launch, int
   stream.synchronize();
 
   Timing t;
+  SmClock graph_clock;
   t.graph = summarize_samples(
-      graph_samples(launch, input_sets, plan.graph_launches, plan.graph_replays, stream, &options, nvml_dev, &t.sustained));
-  const SmClock graph_clock = read_sm_clock(nvml_dev);
+      graph_samples(launch, input_sets, plan.graph_launches, plan.graph_replays, stream, [&](cudaGraphExec_t exec) {
+        graph_clock = read_sm_clock(nvml_dev);  // the graph mode's, before the sustained load
+        if (options.sustain_ms > 0.0) {
+          t.sustained = sustained_replays(exec, plan.graph_launches, options.sustain_ms, options.clock_sample_ms,
+                                          nvml_dev, stream);
+        }
+      }));
   t.event = summarize_samples(event_samples(launch, input_sets, plan.event_samples, flush, stream));
   const SmClock event_clock = read_sm_clock(nvml_dev);
 

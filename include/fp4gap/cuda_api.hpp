@@ -28,7 +28,7 @@ void launch_copy(const void* src, void* dst, std::size_t bytes, const DeviceCont
 // streaming `bytes` (rounded up to 16) from HBM, timed like a GEMM runner (time_launch: graph
 // and event mode, copies rotated so that each is cold, input_sets_for_cold_cache). What any
 // kernel that reads that many bytes once costs under the same timing, launch and ramp included.
-// Throws InvalidArgument for bytes <= 0.
+// The sustained mode (TimingOptions::sustain_ms) is not run. Throws InvalidArgument for bytes <= 0.
 Timing time_read(double bytes, const DeviceContext& device, const TimingOptions& options);
 
 // The prefill policy's count of CTAs that run at once, from the occupancy API of the current

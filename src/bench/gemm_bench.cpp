@@ -160,9 +160,7 @@ void fill_rates(const GemmProblem& p, OperandFormat a_moved, OperandFormat b_mov
   row.gbps = gemm_min_bytes(moved) / seconds / 1e9;
   if (device_row && row.mode == "graph" && o.time_device_read) {
     try {
-      TimingOptions read_options = o.timing;
-      read_options.sustain_ms = 0.0;  // the read floor is the burst figure's
-      const Timing read = o.time_device_read(gemm_min_bytes(moved), o.device, read_options);
+      const Timing read = o.time_device_read(gemm_min_bytes(moved), o.device, o.timing);
       if (read.graph.median_us > 0) {
         row.read_us = read.graph.median_us;
         row.pct_of_read = read.graph.median_us / *row.median_us * 100.0;

@@ -95,7 +95,9 @@ int diagnose_without_device(const DeviceContext& device, const DiagnoseArgs& a, 
   return code;
 }
 
-int diagnose_with_device(const DeviceContext& device, const DiagnoseArgs& a, std::ostream& out) {
+// `formats` and `ms`: --formats and --m, parsed by run_diagnose.
+int diagnose_with_device(const DeviceContext& device, const DiagnoseArgs& a, const std::vector<GemmProblem>& formats,
+                         const std::vector<std::int64_t>& ms, std::ostream& out) {
   GemmBenchOptions options = gemm_bench_options(device);
   options.seed = a.seed;
   RunContext context;
@@ -110,10 +112,9 @@ int diagnose_with_device(const DeviceContext& device, const DiagnoseArgs& a, std
   write_run_header(out, context);
   out << "\n";
 
-  const std::vector<std::int64_t> ms = parse_range_list(a.m);
   std::vector<GemmCase> cases;
-  for (const GemmProblem& formats : diagnose_formats(a.formats)) {
-    for (const PresetShape& s : preset_shapes(a.preset, a.tp, formats, ms)) cases.push_back({s.name, s.problem, s.status});
+  for (const GemmProblem& f : formats) {
+    for (const PresetShape& s : preset_shapes(a.preset, a.tp, f, ms)) cases.push_back({s.name, s.problem, s.status});
   }
   std::vector<GemmBackend*> backends;
   for (GemmBackend* b : gemm_backends()) {
@@ -129,13 +130,14 @@ int diagnose_with_device(const DeviceContext& device, const DiagnoseArgs& a, std
 
 void run_diagnose(const DiagnoseArgs& a) {
   // A bad --formats or --m is an error on any machine, before any work.
-  diagnose_formats(a.formats);
-  parse_range_list(a.m);
+  const std::vector<GemmProblem> formats = diagnose_formats(a.formats);
+  const std::vector<std::int64_t> ms = parse_range_list(a.m);
   const DeviceContext device = query_device(0);
   // Straight to stdout, so a long GPU run shows its header before the table is done.
   std::ostringstream buffered;
   std::ostream& out = a.output.empty() ? std::cout : buffered;
-  const int code = device.available ? diagnose_with_device(device, a, out) : diagnose_without_device(device, a, out);
+  const int code =
+      device.available ? diagnose_with_device(device, a, formats, ms, out) : diagnose_without_device(device, a, out);
   out << std::flush;
   if (!a.output.empty()) write_output(a.output, buffered.str());
   if (code != kExitOk) exit_with(code);

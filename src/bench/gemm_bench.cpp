@@ -92,7 +92,10 @@ void add_warning(GemmRow& row, const std::string& w) {
   append_joined(row.warnings, "; ", w);
 }
 
-GemmRow base_row(const GemmCase& c, std::string_view backend, const GemmBenchOptions& o) {
+// `repro_backends` is what the repro line passes to --backends: the row's backend, or for a problem
+// no backend may run, the backends the user asked for.
+GemmRow base_row(const GemmCase& c, std::string_view backend, std::string_view repro_backends,
+                 const GemmBenchOptions& o) {
   GemmRow row;
   row.backend = std::string(backend);
   row.shape_name = c.shape_name;
@@ -103,7 +106,7 @@ GemmRow base_row(const GemmCase& c, std::string_view backend, const GemmBenchOpt
   row.a_format = std::string(to_string(c.problem.a_format));
   row.b_format = std::string(to_string(c.problem.b_format));
   row.out_type = std::string(to_string(c.problem.out_type));
-  row.repro = repro_command(c.problem, backend == "-" ? "all" : backend, o.seed, o.distribution, o.repro_extra);
+  row.repro = repro_command(c.problem, repro_backends, o.seed, o.distribution, o.repro_extra);
   return row;
 }
 
@@ -286,7 +289,9 @@ void rows_for_case(const GemmCase& c, const std::vector<GemmBackend*>& backends,
                    std::vector<GemmRow>& rows) {
   const Status valid = c.status.is_ok() ? validate_problem(c.problem) : c.status;
   if (!valid.is_ok()) {
-    GemmRow row = base_row(c, "-", o);
+    std::string names;
+    for (const GemmBackend* backend : backends) append_joined(names, ",", backend->name());
+    GemmRow row = base_row(c, "-", names, o);
     row.status = RowStatus::invalid_problem;
     row.reason = valid.reason;
     if (o.on_row) o.on_row(row);
@@ -296,7 +301,7 @@ void rows_for_case(const GemmCase& c, const std::vector<GemmBackend*>& backends,
   std::unique_ptr<GemmInputs> inputs;  // made once, for the first backend that runs
   ReferenceCache references;
   for (GemmBackend* backend : backends) {
-    GemmRow row = base_row(c, backend->name(), o);
+    GemmRow row = base_row(c, backend->name(), backend->name(), o);
     try {
       const Status s = backend->supports(c.problem, o.device);
       if (!s.is_ok()) {

@@ -153,20 +153,24 @@ TEST(GemmBench, HostBackendsPassOrAreReportedBroken) {
 
 TEST(GemmBench, InvalidProblemGivesOneRowNamingTheRule) {
   FakeBackend good("good", {});
+  FakeBackend other("other", {});
   GemmProblem p = small_w4a4();
   p.k = 48;  // NVFP4 GEMM needs K % 32 == 0
   GemmBenchOptions o;
   const std::vector<GemmRow> rows =
       run_gemm_bench({{"", p, Status::ok()}, {"preset", small_w4a4(), Status::invalid_problem("tp breaks it")}},
-                     {&good}, o);
+                     {&good, &other}, o);
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[0].backend, "-");
+  // The repro reruns what was asked for, not every backend.
+  EXPECT_NE(rows[0].repro.find("--backends good,other "), std::string::npos) << rows[0].repro;
   EXPECT_EQ(rows[0].status, RowStatus::invalid_problem);
   EXPECT_NE(rows[0].reason.find("K % 32"), std::string::npos) << rows[0].reason;
   EXPECT_EQ(rows[1].status, RowStatus::invalid_problem);
   EXPECT_EQ(rows[1].reason, "tp breaks it");
   EXPECT_EQ(rows[1].shape_name, "preset");
   EXPECT_TRUE(good.prepared_sets.empty());
+  EXPECT_TRUE(other.prepared_sets.empty());
 }
 
 struct DeviceFixture {

@@ -136,7 +136,7 @@ std::string table_status(RowStatus s) { return s == RowStatus::incorrect ? "BROK
 // The sustained mode's figures of a row, for the table's notes; empty when it did not run.
 std::string sustained_note(const GemmRow& r) {
   if (!r.sustained_us) return "";
-  std::string s = "sustained " + format_fixed(*r.sustained_us, *r.sustained_us < 10 ? 2 : 1) + " us per launch";
+  std::string s = "sustained " + us_text(*r.sustained_us) + " per launch";
   if (r.sustained_vs_cublas_bf16) s += " (" + format_fixed(*r.sustained_vs_cublas_bf16, 2) + "x cublas-bf16)";
   if (r.sustained_ms) s += " over its last " + format_fixed(*r.sustained_ms, 0) + " ms";
   if (r.sustained_sm_clock_mhz) s += ", SM " + std::to_string(*r.sustained_sm_clock_mhz) + " MHz";

@@ -37,11 +37,9 @@ void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& 
   // None can run: choose_plan's error names the shared memory needed and available.
   if (best == nullptr) prefill::choose_plan(s.m, s.n, s.k, device, occupancy);
   const prefill::Plan chosen = best->plan;  // a copy: the sort below moves the candidates
-  // Whether the chosen plan dequantizes W4A4's activations in the kernel (the device also checks
-  // the kernel's own shared-memory limit, a few hundred bytes lower); otherwise its GEMM runs
-  // behind the activation pass, without workspace splits.
-  // What a dequantizing kernel may request: the opt-in limit less its own shared memory, as the
-  // runner computes it on the device.
+  // Whether the chosen plan dequantizes W4A4's activations in the kernel, against what such a
+  // kernel may request (the opt-in limit less its own shared memory, as the runner computes it on
+  // the device); otherwise its GEMM runs behind the activation pass, without workspace splits.
   const bool w4a4_in_kernel =
       prefill::w4a4_dequantizes_in_kernel(chosen, s.k, device.smem_per_block_optin - prefill::kKernelStaticSmemBytes);
   const prefill::Plan w4a4_chosen = prefill::w4a4_plan(chosen, w4a4_in_kernel, c);

@@ -42,6 +42,13 @@ struct TimingOptions {
   double clock_sample_ms = 10.0;
 };
 
+// `o` with the sustained mode off: for timings that stay a burst whatever the caller asked (the
+// read floor; a sequence behind another kernel, which the sustained mode does not time).
+inline TimingOptions without_sustain(TimingOptions o) {
+  o.sustain_ms = 0.0;
+  return o;
+}
+
 // One NVML reading during the sustained mode, at t_ms after the replays began. A field the
 // driver did not give is 0.
 struct DeviceSample {

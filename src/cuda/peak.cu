@@ -232,15 +232,13 @@ Timing time_read(double bytes, const DeviceContext& device, const TimingOptions&
   buf.fill_bytes(0x5A);
   DeviceBuffer<unsigned int> sink(grid_for(device));
   sink.fill_bytes(0);
-  TimingOptions burst = options;
-  burst.sustain_ms = 0.0;  // the read floor is a burst figure, beside the graph mode's
   return time_launch(
       [&](int set, void* stream) {
         read_kernel<<<grid_for(device), 256, 0, cuda::as_stream(stream)>>>(buf.get() + n * static_cast<std::size_t>(set),
                                                                          n, sink.get());
         CUDA_CHECK_LAUNCH();
       },
-      sets, device, burst);
+      sets, device, without_sustain(options));  // the read floor is a burst figure, beside the graph mode's
 }
 
 Ceilings measure_ceilings(const DeviceContext& device) {

@@ -121,8 +121,7 @@ Timing time_runner_after(GemmRunner& runner, const GemmProblem& problem, Predece
     }
   };
   // The sustained mode times back-to-back launches only (timing.hpp).
-  TimingOptions sequence_options = options;
-  sequence_options.sustain_ms = 0.0;
+  const TimingOptions sequence_options = without_sustain(options);
   const Timing alone = time_launch(run_predecessor, sets, device, sequence_options);
   Timing t = time_launch(
       [&](int set, void* stream) {

@@ -183,6 +183,27 @@ TEST(DecodeBits, ScaleMultiplyIsExactForEveryScaleAndCode) {
   }
 }
 
+// The two-per-register multipliers that the prefill kernel reads through HMUL2's half selectors
+// give scale_pair's multiplier for every byte value in every byte position, the other bytes
+// arbitrary (a carry between halves or bytes would change a neighbour).
+TEST(DecodeBits, TwoScaleMultipliersPerRegisterMatchScalePair) {
+  std::uint32_t state = 12345;
+  auto next = [&] { return state = state * 1664525u + 1013904223u; };
+  for (std::uint32_t value = 0; value < 256; ++value) {
+    for (int b = 0; b < 4; ++b) {
+      for (int trial = 0; trial < 4; ++trial) {
+        const std::uint32_t word = (next() & ~(0xFFu << (8 * b))) | (value << (8 * b));
+        EXPECT_EQ(broadcast_half(scale_multipliers<Math::w4a16>(word, b % 2), b / 2), scale_pair<Math::w4a16>(word, b))
+            << "w4a16 word 0x" << std::hex << word << " byte " << b;
+        EXPECT_EQ(broadcast_half(scale_multipliers<Math::w4a4>(word, b % 2), b / 2), scale_pair<Math::w4a4>(word, b))
+            << "w4a4 word 0x" << std::hex << word << " byte " << b;
+      }
+    }
+  }
+  EXPECT_EQ(broadcast_half(0x12345678u, 0), 0x56785678u);
+  EXPECT_EQ(broadcast_half(0x12345678u, 1), 0x12341234u);
+}
+
 // One 16-row x 4096-column weight whose 4096 scale blocks hold every non-NaN E4M3 byte in turn:
 // the shuffled encoding of each, applied to every code, gives e2m1 * scale * 2^-7.
 TEST(DecodeLayout, ShuffledScaleEncodingCoversEveryE4m3Byte) {

@@ -43,14 +43,15 @@ float shuffled_operand_value(const ShuffledWeight& s, std::int64_t row, std::int
   const std::uint32_t word = c[0] | (c[1] << 8) | (c[2] << 16) | (static_cast<std::uint32_t>(c[3]) << 24);
   const std::uint8_t* sc = s.scales.data() + base * kWindowScaleBytes + lane * 4;
   const std::uint32_t scale_word = sc[0] | (sc[1] << 8) | (sc[2] << 16) | (static_cast<std::uint32_t>(sc[3]) << 24);
+  // Scale byte upper + 2 * (step / 4), as the kernel reads it (decode_gemm.cuh, compute_window).
   std::uint32_t regs[4];
   std::uint32_t product;
   if (s.math == Math::w4a16) {
     unpack_shuffled_word<Math::w4a16>(word, regs);
-    product = multiply_pair<Math::w4a16>(regs[reg], scale_pair<Math::w4a16>(scale_word, upper + 2 * (step / 4)));
+    product = multiply_pair<Math::w4a16>(regs[reg], broadcast_half(scale_multipliers<Math::w4a16>(scale_word, upper), step / 4));
   } else {
     unpack_shuffled_word<Math::w4a4>(word, regs);
-    product = multiply_pair<Math::w4a4>(regs[reg], scale_pair<Math::w4a4>(scale_word, upper + 2 * (step / 4)));
+    product = multiply_pair<Math::w4a4>(regs[reg], broadcast_half(scale_multipliers<Math::w4a4>(scale_word, upper), step / 4));
   }
   return half_value(s.math, product, half);
 }

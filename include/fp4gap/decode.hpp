@@ -132,11 +132,6 @@ FP4GAP_HD std::uint32_t scale_pair(std::uint32_t word, int b) {
   }
 }
 
-// Two multipliers per register, for a multiply that reads one half of its operand in both lanes
-// (HMUL2's .H0_H0 / .H1_H1 operand selectors, which ptxas folds from broadcast_half): the
-// multipliers of scale bytes 0 and 2 of `word` (low, high half) for odd == 0, of bytes 1 and 3
-// for odd == 1. broadcast_half(scale_multipliers(word, b % 2), b / 2) == scale_pair(word, b), at
-// two instructions per two scales where scale_pair takes two per scale.
 // x & mask, computed as written: the compiler otherwise rewrites (x & m) << s + c as
 // ((x << s) & (m << s)) | c, three instructions where the AND and one LEA make two.
 FP4GAP_HD std::uint32_t and_before_shift(std::uint32_t x, std::uint32_t mask) {
@@ -149,6 +144,11 @@ FP4GAP_HD std::uint32_t and_before_shift(std::uint32_t x, std::uint32_t mask) {
 #endif
 }
 
+// Two multipliers per register, for a multiply that reads one half of its operand in both lanes
+// (HMUL2's .H0_H0 / .H1_H1 operand selectors, which ptxas folds from broadcast_half): the
+// multipliers of scale bytes 0 and 2 of `word` (low, high half) for odd == 0, of bytes 1 and 3
+// for odd == 1. broadcast_half(scale_multipliers(word, b % 2), b / 2) == scale_pair(word, b), at
+// two instructions per two scales where scale_pair takes two per scale.
 template <Math M>
 FP4GAP_HD std::uint32_t scale_multipliers(std::uint32_t word, int odd) {
   if constexpr (M == Math::w4a16) {

@@ -132,6 +132,50 @@ FP4GAP_HD std::uint32_t scale_pair(std::uint32_t word, int b) {
   }
 }
 
+// x & mask, computed as written: the compiler otherwise rewrites (x & m) << s + c as
+// ((x << s) & (m << s)) | c, three instructions where the AND and one LEA make two.
+FP4GAP_HD std::uint32_t and_before_shift(std::uint32_t x, std::uint32_t mask) {
+#if defined(__CUDA_ARCH__)
+  std::uint32_t r;
+  asm("and.b32 %0, %1, %2;" : "=r"(r) : "r"(x), "r"(mask));
+  return r;
+#else
+  return x & mask;
+#endif
+}
+
+// Two multipliers per register, for a multiply that reads one half of its operand in both lanes
+// (HMUL2's .H0_H0 / .H1_H1 operand selectors, which ptxas folds from broadcast_half): the
+// multipliers of scale bytes 0 and 2 of `word` (low, high half) for odd == 0, of bytes 1 and 3
+// for odd == 1. broadcast_half(scale_multipliers(word, b % 2), b / 2) == scale_pair(word, b), at
+// two instructions per two scales where scale_pair takes two per scale.
+template <Math M>
+FP4GAP_HD std::uint32_t scale_multipliers(std::uint32_t word, int odd) {
+  if constexpr (M == Math::w4a16) {
+    // Byte << 4 in each half (no carries, as in scale_pair), then the constant exponent bits.
+    return (odd != 0 ? (word & 0xFF00FF00u) >> 4 : and_before_shift(word, 0x00FF00FFu) * 16u) + 0x70007000u;
+  } else {
+    return odd != 0 ? (word & 0xFF00FF00u) >> 1 : (word & 0x00FF00FFu) << 7;
+  }
+}
+
+// Half `high` (0: bits 0..15, 1: bits 16..31) of x in both halves. On the device written as a
+// PTX half move, which ptxas folds into the operand selector of the multiply that reads it.
+FP4GAP_HD std::uint32_t broadcast_half(std::uint32_t x, int high) {
+#if defined(__CUDA_ARCH__)
+  std::uint32_t r;
+  if (high != 0) {
+    asm("{.reg .b16 l, h; mov.b32 {l, h}, %1; mov.b32 %0, {h, h};}" : "=r"(r) : "r"(x));
+  } else {
+    asm("{.reg .b16 l, h; mov.b32 {l, h}, %1; mov.b32 %0, {l, l};}" : "=r"(r) : "r"(x));
+  }
+  return r;
+#else
+  const std::uint32_t h = high != 0 ? x >> 16 : x & 0xFFFFu;
+  return h | (h << 16);
+#endif
+}
+
 // The same multiplier from an E4M3 byte (plain layout): exact, NaN kept, negative scales kept.
 // Needs float subnormals (nvcc's default -ftz=false): e4m3_to_float is exact everywhere.
 template <Math M>

@@ -288,8 +288,9 @@ FP4GAP_HD constexpr PersistentSchedule persistent_schedule(std::int64_t tiles, s
 //           gives the 4 registers as e2m1 * 2^-126 in 11 integer operations. A zero-scale block
 //           has zero codes; a negative scale's sign is folded into its codes.
 //   scales: 512 bytes at kChunkCodeBytes, [128 rows][4 scale blocks] of
-//           decode::encode_scale_multiplier(e4m3, w4a16) bytes, row-major: decode::scale_pair
-//           turns one into the bf16 pair scale * 2^119, and the product with the codes is
+//           decode::encode_scale_multiplier(e4m3, w4a16) bytes, row-major: decode::scale_multipliers
+//           turns a row's word into two registers of bf16 multipliers scale * 2^119 (bytes 0, 2
+//           and 1, 3), each half read by HMUL2's half selector, and the product with the codes is
 //           e2m1 * scale * 2^-7, exact. The kernels multiply alpha by 2^7 in the epilogue.
 struct PackedWeights {
   std::int64_t n = 0, k = 0;

@@ -43,14 +43,15 @@ float shuffled_operand_value(const ShuffledWeight& s, std::int64_t row, std::int
   const std::uint32_t word = c[0] | (c[1] << 8) | (c[2] << 16) | (static_cast<std::uint32_t>(c[3]) << 24);
   const std::uint8_t* sc = s.scales.data() + base * kWindowScaleBytes + lane * 4;
   const std::uint32_t scale_word = sc[0] | (sc[1] << 8) | (sc[2] << 16) | (static_cast<std::uint32_t>(sc[3]) << 24);
+  // Scale byte upper + 2 * (step / 4), as the kernel reads it (decode_gemm.cuh, compute_window).
   std::uint32_t regs[4];
   std::uint32_t product;
   if (s.math == Math::w4a16) {
     unpack_shuffled_word<Math::w4a16>(word, regs);
-    product = multiply_pair<Math::w4a16>(regs[reg], scale_pair<Math::w4a16>(scale_word, upper + 2 * (step / 4)));
+    product = multiply_pair<Math::w4a16>(regs[reg], broadcast_half(scale_multipliers<Math::w4a16>(scale_word, upper), step / 4));
   } else {
     unpack_shuffled_word<Math::w4a4>(word, regs);
-    product = multiply_pair<Math::w4a4>(regs[reg], scale_pair<Math::w4a4>(scale_word, upper + 2 * (step / 4)));
+    product = multiply_pair<Math::w4a4>(regs[reg], broadcast_half(scale_multipliers<Math::w4a4>(scale_word, upper), step / 4));
   }
   return half_value(s.math, product, half);
 }
@@ -181,6 +182,27 @@ TEST(DecodeBits, ScaleMultiplyIsExactForEveryScaleAndCode) {
       }
     }
   }
+}
+
+// The two-per-register multipliers that the prefill kernel reads through HMUL2's half selectors
+// give scale_pair's multiplier for every byte value in every byte position, the other bytes
+// arbitrary (a carry between halves or bytes would change a neighbour).
+TEST(DecodeBits, TwoScaleMultipliersPerRegisterMatchScalePair) {
+  std::uint32_t state = 12345;
+  auto next = [&] { return state = state * 1664525u + 1013904223u; };
+  for (std::uint32_t value = 0; value < 256; ++value) {
+    for (int b = 0; b < 4; ++b) {
+      for (int trial = 0; trial < 4; ++trial) {
+        const std::uint32_t word = (next() & ~(0xFFu << (8 * b))) | (value << (8 * b));
+        EXPECT_EQ(broadcast_half(scale_multipliers<Math::w4a16>(word, b % 2), b / 2), scale_pair<Math::w4a16>(word, b))
+            << "w4a16 word 0x" << std::hex << word << " byte " << b;
+        EXPECT_EQ(broadcast_half(scale_multipliers<Math::w4a4>(word, b % 2), b / 2), scale_pair<Math::w4a4>(word, b))
+            << "w4a4 word 0x" << std::hex << word << " byte " << b;
+      }
+    }
+  }
+  EXPECT_EQ(broadcast_half(0x12345678u, 0), 0x56785678u);
+  EXPECT_EQ(broadcast_half(0x12345678u, 1), 0x12341234u);
 }
 
 // One 16-row x 4096-column weight whose 4096 scale blocks hold every non-NaN E4M3 byte in turn:

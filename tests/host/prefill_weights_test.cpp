@@ -65,8 +65,9 @@ void check_packing(std::int64_t n, std::int64_t k, std::uint32_t seed) {
             // The kernel's arithmetic, verbatim (prefill_gemm.cu, consume()).
             std::uint32_t v[4], regs[4];
             decode::unpack_shuffled_word<decode::Math::w4a16>(q, v);
-            const std::uint32_t scale[2] = {decode::scale_pair<decode::Math::w4a16>(scales_lo, j),
-                                            decode::scale_pair<decode::Math::w4a16>(scales_hi, j)};
+            const std::uint32_t scale[2] = {
+                decode::broadcast_half(decode::scale_multipliers<decode::Math::w4a16>(scales_lo, j % 2), j / 2),
+                decode::broadcast_half(decode::scale_multipliers<decode::Math::w4a16>(scales_hi, j % 2), j / 2)};
             for (int r = 0; r < 4; ++r) regs[r] = decode::multiply_pair<decode::Math::w4a16>(v[r], scale[r & 1]);
             for (int i = 0; i < 8; ++i) {
               // The registers hold e2m1 * scale * 2^-7 (the epilogue multiplies alpha by 2^7).
@@ -126,7 +127,8 @@ TEST(PrefillWeights, ZeroNegativeAndNanScales) {
     std::memcpy(&s, chunk + chunk_scale_offset(r, 0), 4);
     std::uint32_t v[4];
     decode::unpack_shuffled_word<decode::Math::w4a16>(q, v);
-    const std::uint32_t x = decode::multiply_pair<decode::Math::w4a16>(v[reg], decode::scale_pair<decode::Math::w4a16>(s, j));
+    const std::uint32_t x = decode::multiply_pair<decode::Math::w4a16>(
+        v[reg], decode::broadcast_half(decode::scale_multipliers<decode::Math::w4a16>(s, j % 2), j / 2));
     return bf16_to_float(static_cast<std::uint16_t>(x >> (16 * half))) * 128.0f;
   };
   for (std::int64_t col = 16; col < 32; ++col) {

@@ -271,8 +271,9 @@ struct Tile {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         if constexpr (L == WeightLayout::shuffled) {
-          scale[mt][0] = scale_pair<M>(r.scales[wi][mt], 2 * h);
-          scale[mt][1] = scale_pair<M>(r.scales[wi][mt], 2 * h + 1);
+          // Bytes 2h and 2h + 1: half h of the even and the odd bytes' multipliers.
+          scale[mt][0] = broadcast_half(scale_multipliers<M>(r.scales[wi][mt], 0), h);
+          scale[mt][1] = broadcast_half(scale_multipliers<M>(r.scales[wi][mt], 1), h);
         } else {
           scale[mt][0] = scale_pair_from_e4m3<M>((r.scales[wi][mt] >> (8 * h)) & 0xFFu);
           scale[mt][1] = scale_pair_from_e4m3<M>((r.scales[wi][mt] >> (16 + 8 * h)) & 0xFFu);

@@ -111,6 +111,19 @@ __device__ __forceinline__ void store_output(void* out, OutputType type, std::in
   }
 }
 
+// Two outputs of a 16-bit type, rounded to nearest even, in one register (lo in the low half).
+__device__ __forceinline__ std::uint32_t pack_output_pair(OutputType type, float lo, float hi) {
+  std::uint32_t v;
+  if (type == OutputType::bf16) {
+    const __nv_bfloat162 p = __floats2bfloat162_rn(lo, hi);
+    v = *reinterpret_cast<const std::uint32_t*>(&p);
+  } else {
+    const __half2 p = __floats2half2_rn(lo, hi);
+    v = *reinterpret_cast<const std::uint32_t*>(&p);
+  }
+  return v;
+}
+
 // Stores rows [0, rows) of the staged fp32 tile (alpha applied) to D[m0 + r][n0 + c], 16 bytes per
 // thread and store where the row allows it (N a multiple of 8 elements for 16-bit outputs, 4 for
 // f32), element by element at the N edge otherwise.
@@ -133,19 +146,9 @@ __device__ __forceinline__ void store_staged_tile(const float* staged, void* out
       } else {
         const float4 lo = *reinterpret_cast<const float4*>(src);
         const float4 hi = *reinterpret_cast<const float4*>(src + 4);
-        uint4 packed;
-        if (type == OutputType::bf16) {
-          const __nv_bfloat162 p0 = __floats2bfloat162_rn(lo.x, lo.y), p1 = __floats2bfloat162_rn(lo.z, lo.w);
-          const __nv_bfloat162 p2 = __floats2bfloat162_rn(hi.x, hi.y), p3 = __floats2bfloat162_rn(hi.z, hi.w);
-          packed = make_uint4(*reinterpret_cast<const std::uint32_t*>(&p0), *reinterpret_cast<const std::uint32_t*>(&p1),
-                              *reinterpret_cast<const std::uint32_t*>(&p2), *reinterpret_cast<const std::uint32_t*>(&p3));
-        } else {
-          const __half2 p0 = __floats2half2_rn(lo.x, lo.y), p1 = __floats2half2_rn(lo.z, lo.w);
-          const __half2 p2 = __floats2half2_rn(hi.x, hi.y), p3 = __floats2half2_rn(hi.z, hi.w);
-          packed = make_uint4(*reinterpret_cast<const std::uint32_t*>(&p0), *reinterpret_cast<const std::uint32_t*>(&p1),
-                              *reinterpret_cast<const std::uint32_t*>(&p2), *reinterpret_cast<const std::uint32_t*>(&p3));
-        }
-        *reinterpret_cast<uint4*>(static_cast<std::uint16_t*>(out) + idx) = packed;
+        *reinterpret_cast<uint4*>(static_cast<std::uint16_t*>(out) + idx) =
+            make_uint4(pack_output_pair(type, lo.x, lo.y), pack_output_pair(type, lo.z, lo.w),
+                       pack_output_pair(type, hi.x, hi.y), pack_output_pair(type, hi.z, hi.w));
       }
     } else {
       for (int e = 0; e < per_store && gn + e < n; ++e) store_output(out, type, idx + e, src[e]);
@@ -663,17 +666,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
         const std::uint32_t half_base = base + static_cast<std::uint32_t>(warpgroup) * (BM * 128u);
         const int q = lane / 8, r = lane % 8;
         const std::uint32_t chunk = static_cast<std::uint32_t>(2 * warp + (q & 1));
-        auto pack = [&](float lo, float hi) {
-          std::uint32_t v;
-          if (out_type == OutputType::bf16) {
-            const __nv_bfloat162 p = __floats2bfloat162_rn(alpha * lo, alpha * hi);
-            v = *reinterpret_cast<const std::uint32_t*>(&p);
-          } else {
-            const __half2 p = __floats2half2_rn(alpha * lo, alpha * hi);
-            v = *reinterpret_cast<const std::uint32_t*>(&p);
-          }
-          return v;
-        };
+        auto pack = [&](float lo, float hi) { return pack_output_pair(out_type, alpha * lo, alpha * hi); };
 #pragma unroll
         for (int i = 0; i < kAccW / 4; i += 2) {
           const int row = 8 * (i + q / 2) + r;
@@ -785,17 +778,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
           const std::uint32_t half_base = band_base + static_cast<std::uint32_t>(warpgroup * band_rows * 128);
           const int q = lane / 8, r = lane % 8;
           const std::uint32_t chunk = static_cast<std::uint32_t>(2 * warp + (q & 1));
-          auto pack = [&](float lo, float hi) {
-            std::uint32_t v;
-            if (out_type == OutputType::bf16) {
-              const __nv_bfloat162 p = __floats2bfloat162_rn(alpha * lo, alpha * hi);
-              v = *reinterpret_cast<const std::uint32_t*>(&p);
-            } else {
-              const __half2 p = __floats2half2_rn(alpha * lo, alpha * hi);
-              v = *reinterpret_cast<const std::uint32_t*>(&p);
-            }
-            return v;
-          };
+          auto pack = [&](float lo, float hi) { return pack_output_pair(out_type, alpha * lo, alpha * hi); };
           for (int j = 0; j < share_quads; j += 2) {
             const float4 a = reduce_quad(share_begin + j), b = reduce_quad(share_begin + j + 1);
             const int row = 8 * (j + q / 2) + r;

@@ -145,6 +145,11 @@ struct Plan {
   // (fp32, tiles x split_k x block_m x kBlockN) followed by one 32-bit counter per tile, which
   // must be zero before the first launch; every launch leaves them zero.
   std::int64_t workspace_bytes() const;
+  // Rows of the band that each CTA of a cluster split adds up and stores (8 rows per accumulator
+  // quad: block_m / 8 quads shared evenly), where every band is an even number of quads, which the
+  // kernel stores through the copy engine two quads per stmatrix; 0 otherwise (not a cluster
+  // split, or uneven bands: stored through the staged fp32 band).
+  int cluster_band_rows() const;
   // config name plus split, e.g. "... 6 stages, split-k 4", "..., split-k 8 (partials in global memory)"
   std::string describe() const;
 };

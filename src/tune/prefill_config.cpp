@@ -153,6 +153,12 @@ std::int64_t Plan::workspace_bytes() const {
   return tiles * split_k * config.block_m * kBlockN * 4 + tiles * 4;
 }
 
+int Plan::cluster_band_rows() const {
+  if (split_k == 1 || reduction != SplitReduction::cluster) return 0;
+  const int quads = config.block_m / 8;
+  return quads % split_k == 0 && (quads / split_k) % 2 == 0 ? 8 * (quads / split_k) : 0;
+}
+
 Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, const TileConfig& config, int split_k,
                SplitReduction reduction) {
   if (split_k < 1 || split_k > kMaxSplitK) {

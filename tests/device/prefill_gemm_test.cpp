@@ -333,10 +333,12 @@ TEST(PrefillKernel, LaunchRefusesNvfp4ActivationsItCannotDequantize) {
 
 TEST(PrefillKernel, TmaStoreEpilogueIsExactAtEveryEdge) {
   REQUIRE_HOPPER();
-  // Whole 16-bit output tiles with N % 8 == 0 leave through the copy engine: unsplit, or added up
-  // by the last CTA of a workspace split. N = 264: two full weight tiles and one of 8 columns (its
-  // second 64-column half lies wholly beyond N); M = 300 and 1: partial activation tiles; N = 8:
-  // the smallest row the tensor map allows.
+  // 16-bit outputs with N % 8 == 0 leave through the copy engine: whole tiles (unsplit, or added
+  // up by the last CTA of a workspace split) and the bands of a cluster split where every band is
+  // an even number of quads (Plan::cluster_band_rows; split 3 of m128 is not, and stays staged).
+  // N = 264: two full weight tiles and one of 8 columns (its second 64-column half lies wholly
+  // beyond N); M = 300, 129 and 1: partial activation tiles, so some bands lie partly or wholly
+  // beyond M; N = 8: the smallest row the tensor map allows.
   struct Shape {
     std::int64_t m, n, k;
   };
@@ -350,6 +352,15 @@ TEST(PrefillKernel, TmaStoreEpilogueIsExactAtEveryEdge) {
         const prefill::Plan plan = prefill::make_plan(p.m, p.n, p.k, c, 1);
         SCOPED_TRACE(repro(plan.describe() + ", " + p.label(), seed));
         expect_exact_and_repeatable(in, ref, plan, 2);
+        if (!c.persistent) {
+          for (const int n_split : {2, 3, 4, 8}) {
+            const prefill::Plan cluster = prefill::make_plan(p.m, p.n, p.k, c, n_split);
+            SCOPED_TRACE(repro(cluster.describe() + " (band rows " + std::to_string(cluster.cluster_band_rows()) + "), " +
+                               p.label(), seed));
+            if (prefill::concurrent_ctas(c, n_split) < n_split) continue;  // EveryConfigurationAndSplit... says so
+            expect_exact_and_repeatable(in, ref, cluster, 2);
+          }
+        }
         if (!c.workspace_split() || plan.k_blocks < 2) continue;
         const prefill::Plan split = prefill::make_plan(p.m, p.n, p.k, c, std::min<int>(3, static_cast<int>(plan.k_blocks)),
                                                        prefill::SplitReduction::workspace);

@@ -202,6 +202,24 @@ TEST(PrefillConfig, MakePlanCountsTilesAndRejectsBadSplits) {
   }
 }
 
+TEST(PrefillConfig, ClusterBandRowsAreEvenQuadBands) {
+  // block_m / 8 accumulator quads per tile, shared evenly by the split CTAs; a band qualifies when
+  // each CTA's share is an even number of quads (stored two per stmatrix).
+  struct Case {
+    int block_m, split, rows;
+  };
+  for (const Case c : {Case{128, 2, 64}, Case{128, 3, 0}, Case{128, 4, 32}, Case{128, 8, 16}, Case{64, 2, 32},
+                       Case{64, 4, 16}, Case{64, 8, 0}, Case{32, 2, 16}, Case{32, 4, 0}, Case{16, 2, 0},
+                       Case{192, 2, 96}, Case{192, 3, 64}, Case{192, 6, 32}, Case{192, 8, 0}, Case{256, 2, 128},
+                       Case{256, 8, 32}}) {
+    const TileConfig config{c.block_m, c.block_m >= 192 ? 6 : 12};
+    EXPECT_EQ(make_plan(512, 2048, 6144, config, c.split).cluster_band_rows(), c.rows)
+        << "block_m " << c.block_m << ", split " << c.split;
+  }
+  EXPECT_EQ(make_plan(512, 2048, 6144, TileConfig{128, 9}, 1).cluster_band_rows(), 0);
+  EXPECT_EQ(make_plan(512, 2048, 6144, TileConfig{64, 12}, 2, SplitReduction::workspace).cluster_band_rows(), 0);
+}
+
 TEST(PersistentSchedule, HalvesOnlyALastWaveThatHalvesFit) {
   struct Case {
     std::int64_t tiles, ctas, whole, halved;

@@ -111,6 +111,19 @@ __device__ __forceinline__ void store_output(void* out, OutputType type, std::in
   }
 }
 
+// Two outputs of a 16-bit type, rounded to nearest even, in one register (lo in the low half).
+__device__ __forceinline__ std::uint32_t pack_output_pair(OutputType type, float lo, float hi) {
+  std::uint32_t v;
+  if (type == OutputType::bf16) {
+    const __nv_bfloat162 p = __floats2bfloat162_rn(lo, hi);
+    v = *reinterpret_cast<const std::uint32_t*>(&p);
+  } else {
+    const __half2 p = __floats2half2_rn(lo, hi);
+    v = *reinterpret_cast<const std::uint32_t*>(&p);
+  }
+  return v;
+}
+
 // Stores rows [0, rows) of the staged fp32 tile (alpha applied) to D[m0 + r][n0 + c], 16 bytes per
 // thread and store where the row allows it (N a multiple of 8 elements for 16-bit outputs, 4 for
 // f32), element by element at the N edge otherwise.
@@ -133,19 +146,9 @@ __device__ __forceinline__ void store_staged_tile(const float* staged, void* out
       } else {
         const float4 lo = *reinterpret_cast<const float4*>(src);
         const float4 hi = *reinterpret_cast<const float4*>(src + 4);
-        uint4 packed;
-        if (type == OutputType::bf16) {
-          const __nv_bfloat162 p0 = __floats2bfloat162_rn(lo.x, lo.y), p1 = __floats2bfloat162_rn(lo.z, lo.w);
-          const __nv_bfloat162 p2 = __floats2bfloat162_rn(hi.x, hi.y), p3 = __floats2bfloat162_rn(hi.z, hi.w);
-          packed = make_uint4(*reinterpret_cast<const std::uint32_t*>(&p0), *reinterpret_cast<const std::uint32_t*>(&p1),
-                              *reinterpret_cast<const std::uint32_t*>(&p2), *reinterpret_cast<const std::uint32_t*>(&p3));
-        } else {
-          const __half2 p0 = __floats2half2_rn(lo.x, lo.y), p1 = __floats2half2_rn(lo.z, lo.w);
-          const __half2 p2 = __floats2half2_rn(hi.x, hi.y), p3 = __floats2half2_rn(hi.z, hi.w);
-          packed = make_uint4(*reinterpret_cast<const std::uint32_t*>(&p0), *reinterpret_cast<const std::uint32_t*>(&p1),
-                              *reinterpret_cast<const std::uint32_t*>(&p2), *reinterpret_cast<const std::uint32_t*>(&p3));
-        }
-        *reinterpret_cast<uint4*>(static_cast<std::uint16_t*>(out) + idx) = packed;
+        *reinterpret_cast<uint4*>(static_cast<std::uint16_t*>(out) + idx) =
+            make_uint4(pack_output_pair(type, lo.x, lo.y), pack_output_pair(type, lo.z, lo.w),
+                       pack_output_pair(type, hi.x, hi.y), pack_output_pair(type, hi.z, hi.w));
       }
     } else {
       for (int e = 0; e < per_store && gn + e < n; ++e) store_output(out, type, idx + e, src[e]);
@@ -164,7 +167,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
                         const __grid_constant__ CUtensorMap act_group_map, int k_tail,
                         const std::uint8_t* __restrict__ weights, void* __restrict__ out, OutputType out_type, int m,
                         int n, int k_blocks, int split_k, float alpha, std::uint64_t* __restrict__ timeline,
-                        const __grid_constant__ CUtensorMap out_map, const __grid_constant__ CUtensorMap out_half_map,
+                        const __grid_constant__ CUtensorMap out_map, const __grid_constant__ CUtensorMap out_part_map,
                         int tma_store, int programmatic, std::uint8_t* __restrict__ workspace,
                         const std::uint8_t* __restrict__ act_codes, const std::uint8_t* __restrict__ act_scales) {
 #if FP4GAP_PREFILL_SM90A
@@ -669,17 +672,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
         const std::uint32_t half_base = base + static_cast<std::uint32_t>(warpgroup) * (BM * 128u);
         const int q = lane / 8, r = lane % 8;
         const std::uint32_t chunk = static_cast<std::uint32_t>(2 * warp + (q & 1));
-        auto pack = [&](float lo, float hi) {
-          std::uint32_t v;
-          if (out_type == OutputType::bf16) {
-            const __nv_bfloat162 p = __floats2bfloat162_rn(alpha * lo, alpha * hi);
-            v = *reinterpret_cast<const std::uint32_t*>(&p);
-          } else {
-            const __half2 p = __floats2half2_rn(alpha * lo, alpha * hi);
-            v = *reinterpret_cast<const std::uint32_t*>(&p);
-          }
-          return v;
-        };
+        auto pack = [&](float lo, float hi) { return pack_output_pair(out_type, alpha * lo, alpha * hi); };
 #pragma unroll
         for (int i = 0; i < kAccW / 4; i += 2) {
           const int row = 8 * (i + q / 2) + r;
@@ -690,7 +683,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
         ptx::fence_proxy_async();  // the generic-proxy writes above, before the copy engine reads them
         ptx::named_barrier(1, kConsumerWarpgroups * 128);
         if (threadIdx.x == 0) {
-          const CUtensorMap* map = W == BM ? &out_map : &out_half_map;
+          const CUtensorMap* map = W == BM ? &out_map : &out_part_map;
           ptx::tma_store_2d(map, base, nt * kBlockN, unit.row0);
           ptx::tma_store_2d(map, base + BM * 128u, nt * kBlockN + 64, unit.row0);
           ptx::bulk_commit_group();
@@ -745,11 +738,11 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
         if (timeline != nullptr && threadIdx.x == 0) timeline_field(6) = ptx::global_timer();
         // This CTA reduces its share of the accumulator quads, adding the partials of ranks 0, 1, ...
         // in that order whatever the rank: the sum is the same bits on every run. Quad i holds
-        // output rows 8i .. 8i + 7, so a share is a band of whole rows: staged after the partials
-        // (which other CTAs still read) and stored 16 bytes at a time like the unsplit tile.
+        // output rows 8i .. 8i + 7, so a share is a band of whole rows, staged after the partials
+        // (which other CTAs still read).
         const KRange share = split_k_range(kAccW / 4, split_k, split);
-        float* staged = reinterpret_cast<float*>(base_ptr + BM * kBlockN * 4);
-        for (int i = static_cast<int>(share.begin); i < static_cast<int>(share.end); ++i) {
+        const int share_begin = static_cast<int>(share.begin), share_quads = static_cast<int>(share.end - share.begin);
+        auto reduce_quad = [&](int i) {
           const std::uint32_t local = ptx::smem_addr(&partial[i * (kConsumerWarpgroups * 128) + thread]);
           // The ranks' quads are requested four at a time before any is added: one distributed-
           // shared-memory round trip per four ranks instead of one per rank in a chain (PERF-LOG
@@ -778,16 +771,51 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
               }
             }
           }
-          const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
-          const int band_row = 8 * (i - static_cast<int>(share.begin)) + 2 * t;
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            staged[(band_row + (e & 1)) * kStagedStride + frag_row + ((e >> 1) << 3)] = alpha * vals[e];
+          return sum;
+        };
+        const std::uint32_t band_base = base + static_cast<std::uint32_t>(BM * kBlockN * 4);
+        if (tma_store) {
+          // 16-bit output through the copy engine, as the whole tile's (above): the launcher sets
+          // tma_store for a cluster split only where every share is an even number of quads
+          // (cluster_band_rows), so the band [8 share_quads rows][128 columns] is written by
+          // stmatrix two quads at a time, as two 64-column halves in the 128-byte swizzle, and
+          // stored by one thread through out_part_map (box: the band's rows).
+          const int band_rows = 8 * share_quads;
+          const std::uint32_t half_base = band_base + static_cast<std::uint32_t>(warpgroup * band_rows * 128);
+          const int q = lane / 8, r = lane % 8;
+          const std::uint32_t chunk = static_cast<std::uint32_t>(2 * warp + (q & 1));
+          auto pack = [&](float lo, float hi) { return pack_output_pair(out_type, alpha * lo, alpha * hi); };
+          for (int j = 0; j < share_quads; j += 2) {
+            const float4 a = reduce_quad(share_begin + j), b = reduce_quad(share_begin + j + 1);
+            const int row = 8 * (j + q / 2) + r;
+            const std::uint32_t addr = half_base + static_cast<std::uint32_t>(row) * 128u + ((chunk ^ (row & 7)) << 4);
+            ptx::stmatrix_x4_trans(addr, pack(a.x, a.y), pack(a.z, a.w), pack(b.x, b.y), pack(b.z, b.w));
           }
+          ptx::fence_proxy_async();  // the generic-proxy writes above, before the copy engine reads them
+          ptx::named_barrier(1, kConsumerWarpgroups * 128);
+          if (threadIdx.x == 0) {
+            const int row0 = unit.row0 + 8 * share_begin;
+            ptx::tma_store_2d(&out_part_map, band_base, nt * kBlockN, row0);
+            ptx::tma_store_2d(&out_part_map, band_base + static_cast<std::uint32_t>(band_rows * 128), nt * kBlockN + 64,
+                              row0);
+            ptx::bulk_commit_group();
+            ptx::bulk_wait_group_read_all();  // the band outlives the copy engine's reads
+          }
+        } else {
+          // Stored 16 bytes at a time like the unsplit staged tile.
+          float* staged = reinterpret_cast<float*>(base_ptr + BM * kBlockN * 4);
+          for (int j = 0; j < share_quads; ++j) {
+            const float4 sum = reduce_quad(share_begin + j);
+            const float vals[4] = {sum.x, sum.y, sum.z, sum.w};
+            const int band_row = 8 * j + 2 * t;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              staged[(band_row + (e & 1)) * kStagedStride + frag_row + ((e >> 1) << 3)] = alpha * vals[e];
+            }
+          }
+          ptx::named_barrier(1, kConsumerWarpgroups * 128);
+          store_staged_tile(staged, out, out_type, m, n, unit.row0 + 8 * share_begin, nt * kBlockN, 8 * share_quads, thread);
         }
-        ptx::named_barrier(1, kConsumerWarpgroups * 128);
-        store_staged_tile(staged, out, out_type, m, n, unit.row0 + 8 * static_cast<int>(share.begin), nt * kBlockN,
-                          8 * static_cast<int>(share.end - share.begin), thread);
         if (timeline != nullptr && threadIdx.x == 0) timeline_field(7) = ptx::global_timer();
         ptx::cluster_sync();  // no CTA leaves while another still reads its shared memory
       }
@@ -1117,23 +1145,25 @@ void launch_kernel(const Plan& plan, const ActivationMaps* maps, const Nvfp4Acti
   cfg.numAttrs = programmatic ? 2 : 1;
   // The dequantized weight carries 2^-7 (prefill.hpp, packed layout): the epilogue gives it back.
   const float kernel_alpha = static_cast<float>(static_cast<double>(alpha) * decode::kernel_alpha_factor(decode::Math::w4a16));
-  // Whole output tiles (unsplit, or added up by a workspace split's last CTA) of 16-bit outputs with
-  // 16-byte rows leave through the copy engine (the kernel's TMA-store epilogue); the rest through
-  // the staged fp32 tile.
+  // 16-bit outputs with 16-byte rows leave through the copy engine (the kernel's TMA-store
+  // epilogues) from whole output tiles (unsplit, or added up by a workspace split's last CTA) and
+  // from a cluster split's bands where they are even (Plan::cluster_band_rows); the rest through
+  // the staged fp32 tile. out_part_map stores the parts: a persistent CTA's half tiles, or the
+  // bands.
   const bool whole_tiles = plan.split_k == 1 || plan.reduction == SplitReduction::workspace;
-  const bool tma_store = whole_tiles && out_type != OutputType::f32 && n % 8 == 0 &&
+  const int band_rows = plan.cluster_band_rows();
+  const bool tma_store = (whole_tiles || band_rows > 0) && out_type != OutputType::f32 && n % 8 == 0 &&
                          reinterpret_cast<std::uintptr_t>(out) % 16 == 0;
   const int block_m = plan.config.block_m;
-  const CUtensorMap out_map = tma_store ? make_output_map(out, out_type, m, n, block_m) : CUtensorMap{};
-  // Only a persistent CTA runs half tiles (persistent_schedule).
-  const CUtensorMap out_half_map =
-      tma_store && plan.config.persistent ? make_output_map(out, out_type, m, n, block_m / 2) : CUtensorMap{};
+  const CUtensorMap out_map = tma_store && whole_tiles ? make_output_map(out, out_type, m, n, block_m) : CUtensorMap{};
+  const int part_rows = !tma_store ? 0 : plan.config.persistent ? block_m / 2 : band_rows;
+  const CUtensorMap out_part_map = part_rows > 0 ? make_output_map(out, out_type, m, n, part_rows) : CUtensorMap{};
   const ActivationMaps none{};
   const ActivationMaps& am = maps != nullptr ? *maps : none;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel_for(plan.config, nvfp4 != nullptr), am.tile, am.half_tile, am.group,
                                 am.k % kBlockK != 0 ? 1 : 0, packed, out, out_type,
                                 static_cast<int>(m), static_cast<int>(n), static_cast<int>(plan.k_blocks), plan.split_k,
-                                kernel_alpha, timeline, out_map, out_half_map, tma_store ? 1 : 0, programmatic ? 1 : 0,
+                                kernel_alpha, timeline, out_map, out_part_map, tma_store ? 1 : 0, programmatic ? 1 : 0,
                                 plan.workspace_bytes() > 0 ? static_cast<std::uint8_t*>(workspace) : nullptr,
                                 nvfp4 != nullptr ? nvfp4->codes : nullptr, nvfp4 != nullptr ? nvfp4->scales : nullptr));
 }

@@ -315,5 +315,48 @@ TEST(TensorRate, DISABLED_WgmmaWithConcurrentCopies) {
   rows(std::integral_constant<int, 256>{});
 }
 
+// Diagnostic (disabled): what bounds the bulk copies' ~36-40 bytes per cycle per SM with every SM
+// copying (run 104). The same copies alone (4 in flight, each CTA its own L2-resident source) from
+// 8 CTAs up to one per SM: if the rate per SM rises as fewer SMs copy, the bound is shared (L2
+// or the crossbar), and fewer L2 reads (TMA multicast of the activation tile to a cluster) would
+// raise it; if it stays flat, each SM's own path is the bound and multicast cannot help. Run by hand:
+//   fp4gap_device_tests --gtest_also_run_disabled_tests --gtest_filter='TensorRate.DISABLED_CopyRateBySmCount'
+TEST(TensorRate, DISABLED_CopyRateBySmCount) {
+  if (gpu().cc_major != 9) GTEST_SKIP() << "the copy kernel is sm_90a code";
+  const int sms = gpu().sm_count;
+  constexpr int kStages = 4;
+  constexpr int kSrcBytes = 128 << 10;
+  constexpr long long kWindowCycles = 2'000'000;
+  cuda::DeviceBuffer<std::uint8_t> src(static_cast<std::size_t>(kSrcBytes) * static_cast<std::size_t>(sms));
+  src.fill_bytes(0x3C);
+  cuda::DeviceBuffer<std::uint64_t> out(static_cast<std::size_t>(2 * sms));
+  cuda::DeviceBuffer<float> sink(1);
+  int smem_per_sm = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0));
+  // More than half an SM's shared memory: one CTA per SM.
+  const int smem = std::max(smem_per_sm / 2 + 1024, 128 * 128 + kStages * 32768 + 1024);
+  CUDA_CHECK(cudaFuncSetAttribute(wgmma_with_copies_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  std::printf("%6s %9s | %17s %17s\n", "CTAs", "copy B", "B/cycle per SM", "B/cycle, all SMs");
+  for (int stage_bytes : {16384, 32768}) {
+    for (int ctas : {8, 16, 33, 66, sms}) {
+      out.fill_bytes(0);
+      wgmma_with_copies_kernel<128><<<ctas, 128 + 32, smem>>>(0, false, kWindowCycles, 1, src.get(), kSrcBytes,
+                                                              stage_bytes, kStages, out.get(), sink.get());
+      CUDA_CHECK(cudaGetLastError());
+      CUDA_CHECK(cudaDeviceSynchronize());
+      const std::vector<std::uint64_t> o = out.download();
+      std::vector<double> rate;
+      for (int c = 0; c < ctas; ++c) {
+        ASSERT_GT(o[2 * c], 0u) << "CTA " << c << " timed no window";
+        rate.push_back(static_cast<double>(o[2 * c + 1]) / static_cast<double>(o[2 * c]));
+      }
+      std::sort(rate.begin(), rate.end());
+      const double per_sm = rate[rate.size() / 2];
+      ASSERT_GT(per_sm, 0.0) << "no copy landed in " << kWindowCycles << " cycles at " << ctas << " CTAs";
+      std::printf("%6d %9d | %17.1f %17.0f\n", ctas, stage_bytes, per_sm, per_sm * ctas);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace fp4gap::test

@@ -464,7 +464,10 @@ TEST(PrefillKernel, RandomDataWithSplitKMatchesTheReferenceRepeatably) {
 // and the number of CTAs the occupancy API lets run at once. Run by hand on the GPU
 // (FP4GAP_SWEEP_MAX_M=64 bounds the rows, e.g. to sweep the decode sizes only;
 // FP4GAP_SWEEP_M=768,1536 sweeps those M instead of the default list; FP4GAP_SWEEP_MAX_BLOCK_M=128
-// leaves out the wider tiles, FP4GAP_SWEEP_MIN_BLOCK_M=128 the narrower ones):
+// leaves out the wider tiles, FP4GAP_SWEEP_MIN_BLOCK_M=128 the narrower ones;
+// FP4GAP_SWEEP_MAX_SPLIT=1 the split plans; FP4GAP_SWEEP_SUSTAIN_MS=1000 also replays each plan's
+// graph for that long and prints its time per launch at the power and clock it settles at,
+// the figure that counts at M >= 2048, where graph bursts and sustained load disagree):
 //   fp4gap_device_tests --gtest_also_run_disabled_tests --gtest_filter='PrefillKernel.DISABLED_Sweep*'
 TEST(PrefillKernel, DISABLED_SweepConfigsAndSplits) {
   REQUIRE_HOPPER();
@@ -477,6 +480,12 @@ TEST(PrefillKernel, DISABLED_SweepConfigsAndSplits) {
   const int max_block_m = max_block_m_env != nullptr ? std::atoi(max_block_m_env) : 256;
   const char* min_block_m_env = std::getenv("FP4GAP_SWEEP_MIN_BLOCK_M");
   const int min_block_m = min_block_m_env != nullptr ? std::atoi(min_block_m_env) : 1;
+  const char* max_split_env = std::getenv("FP4GAP_SWEEP_MAX_SPLIT");
+  const int max_split = max_split_env != nullptr ? std::atoi(max_split_env) : prefill::kMaxSplitK;
+  const char* sustain_env = std::getenv("FP4GAP_SWEEP_SUSTAIN_MS");
+  TimingOptions sustained_options;
+  sustained_options.sustain_ms = sustain_env != nullptr ? std::atof(sustain_env) : 0.0;
+  validate_sustain_options(sustained_options);
   const std::vector<std::int64_t> ms = sweep_ms_from_env({4096, 2048, 1024, 512, 256, 128, 64, 32, 16, 1});
   for (const Nk s : {Nk{2048, 6144}, Nk{4096, 6144}, Nk{6144, 2048}}) {
     for (std::int64_t m : ms) {
@@ -502,13 +511,14 @@ TEST(PrefillKernel, DISABLED_SweepConfigsAndSplits) {
         if (!cand.status.is_ok() || (m > 64 && (cand.split_k == 5 || cand.split_k == 7))) continue;
         if (cand.config.block_m > 64 && cand.config.block_m >= 2 * m) continue;
         if (cand.config.block_m > max_block_m || cand.config.block_m < min_block_m) continue;
+        if (cand.split_k > max_split) continue;
         const prefill::Plan& plan = cand.plan;
         cuda::DeviceBuffer<std::uint8_t> workspace(static_cast<std::size_t>(plan.workspace_bytes()));
         workspace.fill_bytes(0);
         std::vector<prefill::ActivationMaps> maps;
         for (int i = 0; i < sets; ++i) maps.push_back(prefill::make_activation_maps(acts[i].get(), m, s.k, plan.config));
         prefill::prepare_launch(plan);
-        auto timed = [&](bool programmatic) {
+        auto timed = [&](bool programmatic, const TimingOptions& options = TimingOptions{}) {
           return time_launch(
               [&](int set, void* stream) {
                 prefill::launch_gemm(plan, maps[static_cast<std::size_t>(set)],
@@ -516,15 +526,21 @@ TEST(PrefillKernel, DISABLED_SweepConfigsAndSplits) {
                                      static_cast<float>(in.alpha), static_cast<cudaStream_t>(stream), nullptr,
                                      programmatic, workspace.get());
               },
-              sets, gpu(), TimingOptions{});
+              sets, gpu(), options);
         };
-        const Timing t = timed(false);
+        const Timing t = timed(false, sustained_options);
         const Timing t_pdl = timed(true);
         std::printf("  %s%-62s %5lld CTAs (%3d at once)  graph %8.2f us %6.0f TFLOP/s  event %8.2f us  model %8.2f us"
                     "  graph with programmatic launches %8.2f us\n",
                     plan.describe() == chosen.describe() ? "* " : "  ", plan.describe().c_str(),
                     static_cast<long long>(prefill::launch_ctas(plan)), cand.concurrent_ctas, t.graph.median_us,
                     flops / t.graph.median_us * 1e-6, t.event.median_us, cand.predicted_us, t_pdl.graph.median_us);
+        if (t.sustained) {
+          std::printf("      sustained %8.2f us (%d replays over %.0f ms) at %d MHz, %.0f W, clock events: %s\n",
+                      t.sustained->per_launch_us, t.sustained->replays, t.sustained->window_ms,
+                      t.sustained->device.sm_clock_mhz, t.sustained->device.power_w,
+                      clock_event_reason_names(t.sustained->device.clock_event_reasons).c_str());
+        }
       }
     }
   }

@@ -254,6 +254,27 @@ TEST(TensorRate, DISABLED_RegisterAWgmmaAndMmaSync) {
   mma_rows(std::integral_constant<int, 4>{});
 }
 
+// What wgmma_with_copies_kernel needs on every SM: 128 KB of source per CTA (all of them together
+// stay in L2), its outputs, and a dynamic shared-memory size above half an SM's, so one CTA runs
+// per SM.
+struct CopyKernelSetup {
+  static constexpr int kStages = 4;
+  static constexpr int kSrcBytes = 128 << 10;
+  int sms = gpu().sm_count;
+  cuda::DeviceBuffer<std::uint8_t> src{static_cast<std::size_t>(kSrcBytes) * static_cast<std::size_t>(sms)};
+  cuda::DeviceBuffer<std::uint64_t> out{static_cast<std::size_t>(2 * sms)};
+  cuda::DeviceBuffer<float> sink{1};
+  CopyKernelSetup() { src.fill_bytes(0x3C); }
+  template <int N>
+  int prepare() const {
+    int smem_per_sm = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0));
+    const int smem = std::max(smem_per_sm / 2 + 1024, N * 128 + kStages * 32768 + 1024);
+    CUDA_CHECK(cudaFuncSetAttribute(wgmma_with_copies_kernel<N>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    return smem;
+  }
+};
+
 // Diagnostic (disabled), not a test of speed: whether the tensor cores' reads of a wgmma's shared-
 // memory operand and the copy engine's writes share one shared-memory bandwidth, and at what rate.
 // A K block of the m256 x 128 prefill tile moves ~101 KB through shared memory in ~1053 SM cycles
@@ -264,21 +285,14 @@ TEST(TensorRate, DISABLED_RegisterAWgmmaAndMmaSync) {
 //   fp4gap_device_tests --gtest_also_run_disabled_tests --gtest_filter='TensorRate.DISABLED_WgmmaWithConcurrentCopies'
 TEST(TensorRate, DISABLED_WgmmaWithConcurrentCopies) {
   if (gpu().cc_major != 9) GTEST_SKIP() << "register-A wgmma is sm_90a code";
-  const int sms = gpu().sm_count;
   constexpr int kGroups = 4096;
-  constexpr int kStages = 4;
-  constexpr int kSrcBytes = 128 << 10;  // per CTA: all of them together stay in L2
-  cuda::DeviceBuffer<std::uint8_t> src(static_cast<std::size_t>(kSrcBytes) * static_cast<std::size_t>(sms));
-  src.fill_bytes(0x3C);
-  cuda::DeviceBuffer<std::uint64_t> out(static_cast<std::size_t>(2 * sms));
-  cuda::DeviceBuffer<float> sink(1);
-  int smem_per_sm = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0));
+  CopyKernelSetup setup;
+  const int sms = setup.sms;
+  auto& out = setup.out;
   std::printf("%-26s %4s %9s | %13s %12s %12s %12s\n", "wgmma", "WGs", "copy B", "cycles/wgmma", "B read B/cyc",
               "copy B/cyc", "total B/cyc");
   auto rows = [&]<int N>(std::integral_constant<int, N>) {
-    const int smem = std::max(smem_per_sm / 2 + 1024, N * 128 + kStages * 32768 + 1024);
-    CUDA_CHECK(cudaFuncSetAttribute(wgmma_with_copies_kernel<N>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    const int smem = setup.prepare<N>();
     for (int wgs : {1, 2}) {
       double alone_cycles = 0.0;
       for (int stage_bytes : {0, 16384, 32768}) {
@@ -286,8 +300,8 @@ TEST(TensorRate, DISABLED_WgmmaWithConcurrentCopies) {
           if (!wgmma && stage_bytes == 0) continue;
           out.fill_bytes(0);
           wgmma_with_copies_kernel<N><<<sms, 128 * wgs + 32, smem>>>(
-              kGroups, wgmma, static_cast<long long>(alone_cycles), wgs, src.get(), kSrcBytes, stage_bytes, kStages,
-              out.get(), sink.get());
+              kGroups, wgmma, static_cast<long long>(alone_cycles), wgs, setup.src.get(), CopyKernelSetup::kSrcBytes, stage_bytes, CopyKernelSetup::kStages,
+              out.get(), setup.sink.get());
           CUDA_CHECK(cudaGetLastError());
           CUDA_CHECK(cudaDeviceSynchronize());
           const std::vector<std::uint64_t> o = out.download();
@@ -323,25 +337,17 @@ TEST(TensorRate, DISABLED_WgmmaWithConcurrentCopies) {
 //   fp4gap_device_tests --gtest_also_run_disabled_tests --gtest_filter='TensorRate.DISABLED_CopyRateBySmCount'
 TEST(TensorRate, DISABLED_CopyRateBySmCount) {
   if (gpu().cc_major != 9) GTEST_SKIP() << "the copy kernel is sm_90a code";
-  const int sms = gpu().sm_count;
-  constexpr int kStages = 4;
-  constexpr int kSrcBytes = 128 << 10;
   constexpr long long kWindowCycles = 2'000'000;
-  cuda::DeviceBuffer<std::uint8_t> src(static_cast<std::size_t>(kSrcBytes) * static_cast<std::size_t>(sms));
-  src.fill_bytes(0x3C);
-  cuda::DeviceBuffer<std::uint64_t> out(static_cast<std::size_t>(2 * sms));
-  cuda::DeviceBuffer<float> sink(1);
-  int smem_per_sm = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0));
-  // More than half an SM's shared memory: one CTA per SM.
-  const int smem = std::max(smem_per_sm / 2 + 1024, 128 * 128 + kStages * 32768 + 1024);
-  CUDA_CHECK(cudaFuncSetAttribute(wgmma_with_copies_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  CopyKernelSetup setup;
+  const int sms = setup.sms;
+  auto& out = setup.out;
+  const int smem = setup.prepare<128>();
   std::printf("%6s %9s | %17s %17s\n", "CTAs", "copy B", "B/cycle per SM", "B/cycle, all SMs");
   for (int stage_bytes : {16384, 32768}) {
     for (int ctas : {8, 16, 33, 66, sms}) {
       out.fill_bytes(0);
-      wgmma_with_copies_kernel<128><<<ctas, 128 + 32, smem>>>(0, false, kWindowCycles, 1, src.get(), kSrcBytes,
-                                                              stage_bytes, kStages, out.get(), sink.get());
+      wgmma_with_copies_kernel<128><<<ctas, 128 + 32, smem>>>(0, false, kWindowCycles, 1, setup.src.get(), CopyKernelSetup::kSrcBytes,
+                                                              stage_bytes, CopyKernelSetup::kStages, out.get(), setup.sink.get());
       CUDA_CHECK(cudaGetLastError());
       CUDA_CHECK(cudaDeviceSynchronize());
       const std::vector<std::uint64_t> o = out.download();

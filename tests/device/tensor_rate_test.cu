@@ -273,6 +273,17 @@ struct CopyKernelSetup {
     CUDA_CHECK(cudaFuncSetAttribute(wgmma_with_copies_kernel<N>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     return smem;
   }
+  // One run of `ctas` CTAs (wgs consumer warpgroups and the producer warp each); its outputs.
+  template <int N>
+  std::vector<std::uint64_t> run(int ctas, int smem, int groups, bool issue_wgmma, long long idle_cycles, int wgs,
+                                 int stage_bytes) {
+    out.fill_bytes(0);
+    wgmma_with_copies_kernel<N><<<ctas, 128 * wgs + 32, smem>>>(groups, issue_wgmma, idle_cycles, wgs, src.get(),
+                                                                 kSrcBytes, stage_bytes, kStages, out.get(), sink.get());
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaDeviceSynchronize());
+    return out.download();
+  }
 };
 
 // Diagnostic (disabled), not a test of speed: whether the tensor cores' reads of a wgmma's shared-
@@ -288,7 +299,6 @@ TEST(TensorRate, DISABLED_WgmmaWithConcurrentCopies) {
   constexpr int kGroups = 4096;
   CopyKernelSetup setup;
   const int sms = setup.sms;
-  auto& out = setup.out;
   std::printf("%-26s %4s %9s | %13s %12s %12s %12s\n", "wgmma", "WGs", "copy B", "cycles/wgmma", "B read B/cyc",
               "copy B/cyc", "total B/cyc");
   auto rows = [&]<int N>(std::integral_constant<int, N>) {
@@ -298,13 +308,8 @@ TEST(TensorRate, DISABLED_WgmmaWithConcurrentCopies) {
       for (int stage_bytes : {0, 16384, 32768}) {
         for (bool wgmma : {true, false}) {
           if (!wgmma && stage_bytes == 0) continue;
-          out.fill_bytes(0);
-          wgmma_with_copies_kernel<N><<<sms, 128 * wgs + 32, smem>>>(
-              kGroups, wgmma, static_cast<long long>(alone_cycles), wgs, setup.src.get(), CopyKernelSetup::kSrcBytes, stage_bytes, CopyKernelSetup::kStages,
-              out.get(), setup.sink.get());
-          CUDA_CHECK(cudaGetLastError());
-          CUDA_CHECK(cudaDeviceSynchronize());
-          const std::vector<std::uint64_t> o = out.download();
+          const std::vector<std::uint64_t> o =
+              setup.run<N>(sms, smem, kGroups, wgmma, static_cast<long long>(alone_cycles), wgs, stage_bytes);
           std::vector<double> cycles, copy_rate;
           for (int c = 0; c < sms; ++c) {
             cycles.push_back(static_cast<double>(o[2 * c]));
@@ -340,17 +345,11 @@ TEST(TensorRate, DISABLED_CopyRateBySmCount) {
   constexpr long long kWindowCycles = 2'000'000;
   CopyKernelSetup setup;
   const int sms = setup.sms;
-  auto& out = setup.out;
   const int smem = setup.prepare<128>();
   std::printf("%6s %9s | %17s %17s\n", "CTAs", "copy B", "B/cycle per SM", "B/cycle, all SMs");
   for (int stage_bytes : {16384, 32768}) {
     for (int ctas : {8, 16, 33, 66, sms}) {
-      out.fill_bytes(0);
-      wgmma_with_copies_kernel<128><<<ctas, 128 + 32, smem>>>(0, false, kWindowCycles, 1, setup.src.get(), CopyKernelSetup::kSrcBytes,
-                                                              stage_bytes, CopyKernelSetup::kStages, out.get(), setup.sink.get());
-      CUDA_CHECK(cudaGetLastError());
-      CUDA_CHECK(cudaDeviceSynchronize());
-      const std::vector<std::uint64_t> o = out.download();
+      const std::vector<std::uint64_t> o = setup.run<128>(ctas, smem, 0, false, kWindowCycles, 1, stage_bytes);
       std::vector<double> rate;
       for (int c = 0; c < ctas; ++c) {
         ASSERT_GT(o[2 * c], 0u) << "CTA " << c << " timed no window";

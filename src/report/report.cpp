@@ -352,6 +352,21 @@ std::vector<std::string> shape_verdicts(const std::vector<GemmRow>& rows) {
         s << format_fixed(*cublas->median_us / *best->median_us, 2) << "x faster than cublas-bf16 ("
           << us_text(*cublas->median_us) << ").";
       }
+      // Graph replays are bursts; at large M the GPU settles at its power cap and the ratio moves
+      // (--sustain, PERF-LOG run 104), so the sustained figures stand beside the burst's.
+      if (best->sustained_us) {
+        s << " Sustained: " << us_text(*best->sustained_us) << " per launch";
+        if (cublas && cublas != best && best->sustained_vs_cublas_bf16) {
+          s << ", " << format_fixed(*best->sustained_vs_cublas_bf16, 2) << "x cublas-bf16";
+        }
+        if (best->sustained_sm_clock_mhz) {
+          s << " at SM " << *best->sustained_sm_clock_mhz << " MHz";
+          if (cublas && cublas != best && cublas->sustained_sm_clock_mhz) {
+            s << " (cublas-bf16 " << *cublas->sustained_sm_clock_mhz << " MHz)";
+          }
+        }
+        s << ".";
+      }
     }
     if (!broken.empty()) {
       s << " BROKEN (wrong results, not timed):";

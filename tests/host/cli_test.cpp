@@ -389,6 +389,18 @@ TEST(Cli, DiagnoseRejectsABadMListOnAnyMachine) {
   EXPECT_EQ(r.out, "") << "nothing runs before the arguments are checked";
 }
 
+TEST(Cli, DiagnoseChecksSustainOnAnyMachine) {
+  const CliResult too_long = run_cli("diagnose --sustain 70000");
+  EXPECT_EQ(too_long.code, 2) << too_long.out << too_long.err;
+  EXPECT_TRUE(has(too_long.err, "0 (off) to 60000 ms: sustain_ms = 70000")) << too_long.err;
+  EXPECT_EQ(too_long.out, "") << "nothing runs before the arguments are checked";
+  const CliResult after = run_cli("diagnose --sustain 500 --after quantize");
+  EXPECT_EQ(after.code, 2) << after.out << after.err;
+  EXPECT_TRUE(has(after.err, "--sustain times back-to-back launches only: it cannot be combined with --after quantize"))
+      << after.err;
+  EXPECT_EQ(after.out, "");
+}
+
 TEST(Cli, DiagnoseTakesAPresetAndRejectsAnUnknownOne) {
   const CliResult bad = run_cli("diagnose --preset glm6");
   EXPECT_EQ(bad.code, 2) << bad.out << bad.err;

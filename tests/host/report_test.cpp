@@ -282,6 +282,36 @@ TEST(Report, VerdictPerShapeNamesTheBestTheGapAndTheBroken) {
   EXPECT_NE(after[0].find("2.00x faster than cublas-bf16 (10.0 us)."), std::string::npos) << after[0];
 }
 
+TEST(Report, VerdictGivesTheSustainedFiguresBesideTheBurst) {
+  GemmRow cublas = passed_row();
+  cublas.median_us = 130.0;
+  cublas.sustained_us = 149.5;
+  cublas.sustained_sm_clock_mhz = 1560;
+  GemmRow own = passed_row();
+  own.backend = "own";
+  own.median_us = 128.0;
+  own.sustained_us = 153.6;
+  own.sustained_sm_clock_mhz = 1545;
+  own.sustained_vs_cublas_bf16 = 149.5 / 153.6;
+  const std::vector<std::string> v = shape_verdicts({cublas, own});
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_NE(v[0].find("1.02x faster than cublas-bf16 (130.0 us). Sustained: 153.6 us per launch, 0.97x cublas-bf16 at SM "
+                      "1545 MHz (cublas-bf16 1560 MHz)."),
+            std::string::npos)
+      << v[0];
+  // Without NVML: the time alone; cuBLAS the best: no ratio against itself.
+  own.sustained_sm_clock_mhz.reset();
+  own.median_us = 140.0;
+  const std::vector<std::string> w = shape_verdicts({cublas, own});
+  EXPECT_NE(w[0].find("cublas-bf16 is the fastest here: no other backend beats it. Sustained: 149.5 us per launch at SM "
+                      "1560 MHz."),
+            std::string::npos)
+      << w[0];
+  own.sustained_us.reset();
+  cublas.sustained_us.reset();
+  EXPECT_EQ(shape_verdicts({cublas, own})[0].find("Sustained"), std::string::npos);
+}
+
 TEST(Report, NumberFormatting) {
   EXPECT_EQ(format_fixed(3.14159, 2), "3.14");
   EXPECT_EQ(format_bytes(7.1e6), "7.1 MB");

@@ -144,6 +144,31 @@ void apply_after_option(const std::string& after, GemmBenchOptions& options, std
                   ", no read floor (it is timed back to back)");
 }
 
+void add_sustain_option(CLI::App& cmd, double& sustain_ms) {
+  cmd.add_option("--sustain", sustain_ms,
+                 "MS: after the graph timing, replay each GPU row back to back for MS milliseconds and report its "
+                 "time per launch over the last half, with NVML's SM clock, power and clock-event reasons (0: off)");
+}
+
+void check_sustain_option(double sustain_ms, const std::string& after) {
+  TimingOptions timing;
+  timing.sustain_ms = sustain_ms;
+  validate_sustain_options(timing);
+  if (sustain_ms > 0.0 && after != "itself") {
+    throw InvalidArgument("--sustain times back-to-back launches only: it cannot be combined with --after " + after);
+  }
+}
+
+void apply_sustain_option(double sustain_ms, const std::string& after, GemmBenchOptions& options) {
+  check_sustain_option(sustain_ms, after);
+  options.timing.sustain_ms = sustain_ms;
+  if (sustain_ms > 0.0) {
+    std::ostringstream os;
+    os << "--sustain " << sustain_ms;
+    options.repro_extra += (options.repro_extra.empty() ? "" : " ") + os.str();
+  }
+}
+
 int exit_code_for(const std::vector<GemmRow>& rows) {
   bool error = false;
   for (const GemmRow& r : rows) {

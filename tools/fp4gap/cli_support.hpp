@@ -67,6 +67,14 @@ void add_after_option(CLI::App& cmd, std::string& after);
 // a header note saying what the times mean.
 void apply_after_option(const std::string& after, GemmBenchOptions& options, std::vector<std::string>& notes);
 
+// --sustain MS (gemm, diagnose): each GPU row's graph also replayed for MS milliseconds at the
+// power and clock the GPU settles at (timing.hpp). Throws InvalidArgument naming the rule for an
+// MS outside [0, 60000] or combined with an --after other than itself (check_sustain_option, so a
+// command can reject it before any work); apply_sustain_option also appends it to the repros.
+void add_sustain_option(CLI::App& cmd, double& sustain_ms);
+void check_sustain_option(double sustain_ms, const std::string& after);
+void apply_sustain_option(double sustain_ms, const std::string& after, GemmBenchOptions& options);
+
 // kExitIncorrect when a row is incorrect, else kExitError when a row is an error, else kExitOk.
 int exit_code_for(const std::vector<GemmRow>& rows);
 // "12 rows: 9 passed, 1 BROKEN (incorrect), 2 not supported, 0 invalid, 0 errors"

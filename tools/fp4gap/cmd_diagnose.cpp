@@ -26,6 +26,7 @@ struct DiagnoseArgs {
   std::string ceilings;
   std::string output;
   std::string after = "itself";
+  double sustain_ms = 0.0;
   bool progress = false;
 };
 
@@ -107,6 +108,7 @@ int diagnose_with_device(const DeviceContext& device, const DiagnoseArgs& a, con
   context.notes = ceilings.notes;
   options.ceilings = ceilings.ceilings;
   if (!a.ceilings.empty()) options.repro_extra = "--ceilings " + a.ceilings;
+  apply_sustain_option(a.sustain_ms, a.after, options);
   apply_after_option(a.after, options, context.notes);
   if (a.progress) options.on_row = row_line;
   write_run_header(out, context);
@@ -129,9 +131,10 @@ int diagnose_with_device(const DeviceContext& device, const DiagnoseArgs& a, con
 }
 
 void run_diagnose(const DiagnoseArgs& a) {
-  // A bad --formats or --m is an error on any machine, before any work.
+  // A bad --formats, --m or --sustain is an error on any machine, before any work.
   const std::vector<GemmProblem> formats = diagnose_formats(a.formats);
   const std::vector<std::int64_t> ms = parse_range_list(a.m);
+  check_sustain_option(a.sustain_ms, a.after);
   const DeviceContext device = query_device(0);
   // Straight to stdout, so a long GPU run shows its header before the table is done.
   std::ostringstream buffered;
@@ -158,6 +161,7 @@ void add_diagnose_command(CLI::App& app) {
   cmd->add_option("--ceilings", args->ceilings, "FILE from `fp4gap peak --output`, datasheet, or measure (default)");
   cmd->add_option("--output", args->output, "write the report to FILE instead of stdout");
   add_after_option(*cmd, args->after);
+  add_sustain_option(*cmd, args->sustain_ms);
   cmd->add_flag("--progress", args->progress, "print each row to stderr as soon as it is finished");
   cmd->callback([args] { run_diagnose(*args); });
 }

@@ -48,14 +48,8 @@ std::vector<GemmCase> make_cases(const GemmArgs& a, CLI::App& cmd) {
 
 void run_gemm(const GemmArgs& a, CLI::App& cmd) {
   const std::vector<GemmCase> cases = make_cases(a, cmd);
-  TimingOptions timing;
-  timing.sustain_ms = a.sustain_ms;
-  validate_sustain_options(timing);
-  if (a.sustain_ms > 0.0 && a.after != "itself") {
-    throw InvalidArgument("--sustain times back-to-back launches only: it cannot be combined with --after " + a.after);
-  }
+  check_sustain_option(a.sustain_ms, a.after);
   GemmBenchOptions options = gemm_bench_options(query_device(0));
-  options.timing = timing;
   options.seed = a.seed;
   options.distribution = parse_input_distribution(a.distribution);
   const std::vector<GemmBackend*> backends = select_backends(a.backends);
@@ -63,11 +57,7 @@ void run_gemm(const GemmArgs& a, CLI::App& cmd) {
   // explicitly it runs at any size its own limit allows.
   if (a.backends == "all") options.host_backend_max_macs = 8589934592.0;  // 2^33
   if (!a.ceilings.empty()) options.repro_extra = "--ceilings " + a.ceilings;
-  if (a.sustain_ms > 0.0) {
-    std::ostringstream os;
-    os << "--sustain " << a.sustain_ms;
-    options.repro_extra += (options.repro_extra.empty() ? "" : " ") + os.str();
-  }
+  apply_sustain_option(a.sustain_ms, a.after, options);
   if (a.progress) options.on_row = row_line;
 
   RunContext context;
@@ -112,9 +102,7 @@ void add_gemm_command(CLI::App& app) {
   cmd->add_option("--format", args->format, "report format")->check(CLI::IsMember({"table", "csv", "json"}));
   cmd->add_option("--output", args->output, "write the report to FILE instead of stdout");
   add_after_option(*cmd, args->after);
-  cmd->add_option("--sustain", args->sustain_ms,
-                  "MS: after the graph timing, replay each GPU row back to back for MS milliseconds and report its "
-                  "time per launch over the last half, with NVML's SM clock, power and clock-event reasons (0: off)");
+  add_sustain_option(*cmd, args->sustain_ms);
   cmd->add_flag("--progress", args->progress, "print each row to stderr as soon as it is finished");
   cmd->add_option("--ceilings", args->ceilings,
                   "roofline ceilings: FILE from `fp4gap peak --output`, datasheet, or measure (default: measure "

@@ -352,14 +352,19 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
                        Case{128, 2048, 6144, 128, 6, false},               // 12.46 (copy groups: 12.95)
                        Case{128, 4096, 6144, 128, 3, false, kCluster, 3},  // 17.83 (plain: 18.17)
                        Case{512, 2048, 6144, 128, 2, false, kCluster, 3},  // 23.80 (plain: 24.81)
-                       Case{512, 4096, 6144, 128, 1, false, kCluster, 3},  // 39.50, within 1% of m256 split 2
-                       Case{1024, 2048, 6144, 128, 1, false, kCluster, 3}, // 39.33, within 1% of m256 split 2
+                       // Run 111, each plan timed as the backends launch it (m256 not programmatically):
+                       // 38.28 (m128 G3 unsplit 39.63), 38.48 (38.70); before run 105 the m128 G3 won by <1%
+                       Case{512, 4096, 6144, 256, 2, false},
+                       Case{1024, 2048, 6144, 256, 2, false},
                        // Run 48: 65.66 (persistent, one tile per CTA: 67.10; run 45: 66.20 / 68.35)
                        Case{1024, 4096, 6144, 256, 1, false},
                        Case{384, 6144, 2048, 192, 1, false},    // run 48: 20.40 (persistent: 21.48)
                        Case{768, 4096, 6144, 192, 1, false},    // run 48: 54.51 (persistent: 56.60)
                        Case{4096, 4096, 6144, 256, 1, true},    // 301.61
-                       Case{4096, 6144, 2048, 256, 1, false},   // 142.65
+                       // Run 112, replayed for 1 s at the power cap: 155.94 (6-stage: 167.96), 80.56
+                       // (83.70); in the graph burst 150.97 (141.77), 72.05 (72.29)
+                       Case{4096, 6144, 2048, 256, 1, true},
+                       Case{2048, 6144, 2048, 256, 1, true},
                        Case{384, 4096, 6144, 192, 2, false},    // 32.77
                        Case{768, 2048, 6144, 192, 2, false},    // 32.63
                        Case{768, 6144, 2048, 192, 1, true},     // 33.06 (60 of 192 tiles halved)

@@ -32,6 +32,11 @@ struct GemmRow {
   std::string reason;      // why not supported / invalid / incorrect / error
   std::string config;      // the runner's chosen tactic or tile
   std::string reference;   // "cpu" or "gpu-reference": what the output was checked against
+  // What the runner multiplies, e.g. "e4m3 x e4m3" (empty when it was not prepared), and whether
+  // those operands round the problem's (holds_exactly): such a row is verified against the product
+  // of its own operands, a different product from the problem's.
+  std::string operands;
+  bool rounds_operands = false;
 
   // Primary timing. mode "graph": CUDA-graph replays, per launch, cold weights (GPU backends);
   // "host": std::chrono around run() (CPU backends); empty when not timed.

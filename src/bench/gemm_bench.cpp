@@ -213,6 +213,8 @@ void run_backend(GemmBackend& backend, const GemmInputs& inputs, const GemmBench
   }
   const OperandFormat a_moved = runner->a_operand().format;
   const OperandFormat b_moved = runner->b_operand().format;
+  row.operands = std::string(to_string(a_moved)) + " x " + std::string(to_string(b_moved));
+  row.rounds_operands = !holds_exactly(p.a_format, a_moved) || !holds_exactly(p.b_format, b_moved);
   if (device_row && o.device.l2_bytes > 0) {
     GemmProblem moved = p;
     moved.a_format = a_moved;

@@ -36,6 +36,10 @@ OutputType parse_output_type(std::string_view s) {
   throw InvalidArgument("unknown output type '" + std::string(s) + "' (choices: f32, bf16, f16)");
 }
 
+bool holds_exactly(OperandFormat from, OperandFormat to) {
+  return from == to || to == OperandFormat::bf16;
+}
+
 std::int64_t output_type_bytes(OutputType t) { return t == OutputType::f32 ? 4 : 2; }
 
 std::string GemmProblem::label() const {

@@ -234,6 +234,11 @@ TEST(GemmBench, DeviceRowsAreTimedOnColdSetsWithRooflineAndSpeedup) {
   const GemmRow& r = row_of(rows, "own");
   ASSERT_EQ(r.status, RowStatus::passed) << r.reason;
   EXPECT_EQ(r.reference, "gpu-reference");
+  EXPECT_EQ(r.operands, "nvfp4 x nvfp4");
+  EXPECT_FALSE(r.rounds_operands);
+  // cuBLAS BF16 multiplies the NVFP4 values as bf16: another format, the same product.
+  EXPECT_EQ(row_of(rows, std::string(kCublasBf16Backend)).operands, "bf16 x bf16");
+  EXPECT_FALSE(row_of(rows, std::string(kCublasBf16Backend)).rounds_operands);
   EXPECT_EQ(r.mode, "graph");
   EXPECT_EQ(r.median_us, 5.0);
   EXPECT_EQ(r.p20_us, 4.5);

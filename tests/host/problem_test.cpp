@@ -1,7 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 
+#include "fp4gap/format.hpp"
+#include "fp4gap/numeric.hpp"
 #include "fp4gap/problem.hpp"
 #include "test_support.hpp"
 
@@ -35,6 +38,33 @@ TEST(ProblemNames, OperandFormatsRoundTrip) {
   EXPECT_EQ(to_string(OperandFormat::nvfp4), "nvfp4");
   EXPECT_EQ(to_string(OperandFormat::bf16), "bf16");
   EXPECT_EQ(to_string(OperandFormat::e4m3), "e4m3");
+}
+
+// The table against the codecs: every finite E4M3 value and every NVFP4 value (E2M1 code times
+// E4M3 block scale) survives bf16; an NVFP4 value E4M3 cannot hold, and a bf16 neither can.
+TEST(ProblemNames, HoldsExactlyMatchesTheCodecs) {
+  const auto survives_bf16 = [](float v) { return bf16_to_float(float_to_bf16(v)) == v; };
+  for (int s = 0; s < 256; ++s) {
+    const float scale = e4m3_to_float(static_cast<std::uint8_t>(s));
+    if (!std::isfinite(scale)) continue;
+    EXPECT_TRUE(survives_bf16(scale)) << "e4m3 0x" << std::hex << s;
+    for (int c = 0; c < 16; ++c) {
+      const float v = e2m1_to_float(static_cast<std::uint8_t>(c)) * scale;
+      EXPECT_TRUE(survives_bf16(v)) << "e2m1 " << c << " x e4m3 0x" << std::hex << s;
+    }
+  }
+  const float nvfp4_value = 1.5f * 1.125f;  // e2m1 1.5 times the e4m3 scale 1.125
+  EXPECT_NE(e4m3_to_float(float_to_e4m3_sat(nvfp4_value)), nvfp4_value);
+  const float bf16_value = bf16_to_float(float_to_bf16(1.0078125f));  // 1 + 2^-7
+  EXPECT_NE(e4m3_to_float(float_to_e4m3_sat(bf16_value)), bf16_value);
+  for (OperandFormat f : {OperandFormat::nvfp4, OperandFormat::bf16, OperandFormat::e4m3}) {
+    EXPECT_TRUE(holds_exactly(f, f));
+    EXPECT_TRUE(holds_exactly(f, OperandFormat::bf16));
+  }
+  EXPECT_FALSE(holds_exactly(OperandFormat::nvfp4, OperandFormat::e4m3));
+  EXPECT_FALSE(holds_exactly(OperandFormat::bf16, OperandFormat::e4m3));
+  EXPECT_FALSE(holds_exactly(OperandFormat::bf16, OperandFormat::nvfp4));
+  EXPECT_FALSE(holds_exactly(OperandFormat::e4m3, OperandFormat::nvfp4));
 }
 
 TEST(ProblemNames, OutputTypesRoundTrip) {

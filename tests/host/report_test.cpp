@@ -112,7 +112,7 @@ TEST(Report, CsvHeaderIsStable) {
             "event_floor_us,sm_clock_mhz,sustained_us,sustained_ms,sustained_sm_clock_mhz,sustained_power_w,"
             "sustained_clock_reasons,sustained_vs_cublas_bf16,tflops,gbps,roof_us,pct_of_roof,pct_compute_roof,pct_memory_roof,"
             "pct_of_problem_roof,read_us,pct_of_read,bound,bound_reason,speedup_vs_cublas_bf16,max_abs_error,max_rel_error,warnings,"
-            "repro");
+            "repro,operands,rounds_operands");
 }
 
 TEST(Report, CsvRowsQuoteAndLeaveMissingValuesEmpty) {
@@ -310,6 +310,37 @@ TEST(Report, VerdictGivesTheSustainedFiguresBesideTheBurst) {
   own.sustained_us.reset();
   cublas.sustained_us.reset();
   EXPECT_EQ(shape_verdicts({cublas, own})[0].find("Sustained"), std::string::npos);
+}
+
+TEST(Report, VerdictNamesTheFastestExactBackendWhenTheBestRoundsTheOperands) {
+  GemmRow cublas = passed_row();
+  cublas.problem = "m4096 n6144 k2048 bf16 x nvfp4 -> bf16";
+  cublas.median_us = 134.6;
+  cublas.operands = "bf16 x bf16";
+  GemmRow fp8 = cublas;
+  fp8.backend = "cublaslt-fp8";
+  fp8.median_us = 83.7;
+  fp8.operands = "e4m3 x e4m3";
+  fp8.rounds_operands = true;
+  GemmRow own = cublas;
+  own.backend = "fp4gap-w4a16";
+  own.median_us = 141.8;
+  own.operands = "bf16 x nvfp4";
+  std::vector<std::string> v = shape_verdicts({cublas, fp8, own});
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_NE(v[0].find("best cublaslt-fp8 at 83.7 us"), std::string::npos) << v[0];
+  EXPECT_NE(v[0].find("1.61x faster than cublas-bf16 (134.6 us). It multiplies e4m3 x e4m3 roundings of the operands, "
+                      "a different product; the fastest exact backend is cublas-bf16 at 134.6 us."),
+            std::string::npos)
+      << v[0];
+  own.median_us = 130.0;
+  v = shape_verdicts({cublas, fp8, own});
+  EXPECT_NE(v[0].find("the fastest exact backend is fp4gap-w4a16 at 130.0 us, 1.04x cublas-bf16."), std::string::npos)
+      << v[0];
+  // Only rounding backends timed; an exact best: no such sentence.
+  EXPECT_NE(shape_verdicts({fp8})[0].find("no backend computing the problem's own product was timed."),
+            std::string::npos);
+  EXPECT_EQ(shape_verdicts({cublas, own})[0].find("roundings"), std::string::npos);
 }
 
 TEST(Report, NumberFormatting) {

@@ -14,13 +14,13 @@ enum class OutputType { f32, bf16, f16 };
 
 std::string_view to_string(OperandFormat f);
 std::string_view to_string(OutputType t);
-OperandFormat parse_operand_format(std::string_view s);
+OperandFormat parse_operand_format(std::string_view s);  // throws InvalidArgument naming the choices
+OutputType parse_output_type(std::string_view s);
+std::int64_t output_type_bytes(OutputType t);
 // Whether every value of `from` is a value of `to` (a per-tensor scale aside): a runner that
 // multiplies `to` operands made from `from` inputs computes the problem's own product. NVFP4 ->
 // bf16 and E4M3 -> bf16 are exact (SPEC-nvfp4.md); bf16 -> E4M3 / NVFP4 and NVFP4 -> E4M3 round.
-bool holds_exactly(OperandFormat from, OperandFormat to);  // throws InvalidArgument naming the choices
-OutputType parse_output_type(std::string_view s);
-std::int64_t output_type_bytes(OutputType t);
+bool holds_exactly(OperandFormat from, OperandFormat to);
 
 struct GemmProblem {
   std::int64_t m = 0, n = 0, k = 0;

@@ -13,11 +13,15 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
 #include <vector>
 
 #include "cuda/common.cuh"
 #include "cuda/prefill/prefill_ptx.cuh"
 #include "device_test_support.hpp"
+#include "fp4gap/timing.hpp"
 
 namespace fp4gap::test {
 namespace {
@@ -359,6 +363,231 @@ TEST(TensorRate, DISABLED_CopyRateBySmCount) {
       const double per_sm = rate[rate.size() / 2];
       ASSERT_GT(per_sm, 0.0) << "no copy landed in " << kWindowCycles << " cycles at " << ctas << " CTAs";
       std::printf("%6d %9d | %17.1f %17.0f\n", ctas, stage_bytes, per_sm, per_sm * ctas);
+    }
+  }
+}
+
+// ---- Activation multicast at the power cap ----
+//
+// The m256 prefill tile's main loop without the dequantization, in pairs of CTAs (clusters of 2)
+// that share their activation rows as two CTAs of adjacent weight tiles do: per K block each CTA's
+// two consumer warpgroups wait for a stage, issue 4 register-A wgmma m64n256k16 on its activation
+// tile (one group in flight, as the kernel) with their 16 bytes of the stage's weight chunk as the
+// A fragment, and release the stage; one producer thread refills a ring of kPairStages stages, each
+// 32 KB of activations (256 rows x 64 bf16, the pair's source) and one 4608-byte weight chunk (the
+// CTA's own). Unicast: each CTA copies its whole activation tile, as the prefill kernel does today.
+// Multicast: each CTA copies half of it into both CTAs' stages, so the pair reads each activation
+// byte from L2 once instead of twice (36.6 -> 20.6 KB of L2 reads per CTA and K block), and a stage
+// is refilled only once both CTAs' consumers have released it (each consumer warp arrives on its
+// own and its peer's empty barrier). The sources cycle through kPairSourceBlocks K blocks, L2-resident.
+constexpr int kPairStages = 6;
+constexpr int kPairActBytes = 256 * 64 * 2;
+constexpr int kPairWeightBytes = 4608;
+constexpr int kPairStageBytes = kPairActBytes + kPairWeightBytes;
+constexpr int kPairSourceBlocks = 6;
+constexpr int kPairConsumerWarps = 8;
+constexpr int kPairThreads = 32 * kPairConsumerWarps + 32;  // 2 consumer warpgroups + the producer warp
+constexpr int kPairSmemBytes = kPairStages * kPairStageBytes + 1024;
+
+// out[blockIdx.x] = thread 0's SM cycles from its first wait to its last wgmma; `mismatches` counts
+// the 16-byte words of the ring's final contents that differ from the source blocks copied last
+// (each stage must hold both halves of its activation tile, whichever CTA copied them).
+__global__ void __launch_bounds__(kPairThreads, 1)
+    paired_m256_main_loop_kernel(int k_blocks, int multicast, const std::uint8_t* act_src,
+                                 const std::uint8_t* wgt_src, std::uint64_t* cycles, unsigned int* mismatches,
+                                 float* sink) {
+#if FP4GAP_PREFILL_SM90A
+  namespace ptx = prefill::ptx;
+  extern __shared__ std::uint8_t smem_raw[];
+  __shared__ alignas(8) std::uint64_t bars[2 * kPairStages];
+  const std::uint32_t ring = (ptx::smem_addr(smem_raw) + 1023u) & ~1023u;
+  auto act_stage = [&](int s) { return ring + static_cast<std::uint32_t>(s * kPairActBytes); };
+  auto wgt_stage = [&](int s) {
+    return ring + static_cast<std::uint32_t>(kPairStages * kPairActBytes + s * kPairWeightBytes);
+  };
+  auto full_bar = [&](int s) { return ptx::smem_addr(&bars[s]); };
+  auto empty_bar = [&](int s) { return ptx::smem_addr(&bars[kPairStages + s]); };
+  const std::uint32_t rank = ptx::cluster_rank(), peer = rank ^ 1u;
+  const std::uint8_t* const pair_act = act_src + static_cast<std::int64_t>(blockIdx.x / 2) * kPairSourceBlocks * kPairActBytes;
+  const std::uint8_t* const own_wgt = wgt_src + static_cast<std::int64_t>(blockIdx.x) * kPairSourceBlocks * kPairWeightBytes;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kPairStages; ++s) {
+      ptx::mbarrier_init(full_bar(s), 1);
+      ptx::mbarrier_init(empty_bar(s), kPairConsumerWarps * (multicast ? 2 : 1));
+    }
+    ptx::fence_barrier_init();
+  }
+  ptx::cluster_sync();  // the peer's copies and arrivals find these barriers initialized
+
+  if (threadIdx.x >= 32 * kPairConsumerWarps) {
+    if (threadIdx.x == 32 * kPairConsumerWarps) {
+      int stage = 0;
+      std::uint32_t phase = 0;
+      for (int kb = 0; kb < k_blocks; ++kb) {
+        if (kb >= kPairStages) ptx::mbarrier_wait(empty_bar(stage), phase ^ 1u);
+        ptx::mbarrier_arrive_expect_tx(full_bar(stage), kPairStageBytes);
+        const int src = kb % kPairSourceBlocks;
+        if (multicast) {
+          constexpr std::uint32_t kHalf = kPairActBytes / 2;
+          ptx::bulk_load_multicast(act_stage(stage) + rank * kHalf, pair_act + src * kPairActBytes + rank * kHalf, kHalf,
+                                   full_bar(stage), 0b11);
+        } else {
+          ptx::bulk_load(act_stage(stage), pair_act + src * kPairActBytes, kPairActBytes, full_bar(stage));
+        }
+        ptx::bulk_load(wgt_stage(stage), own_wgt + src * kPairWeightBytes, kPairWeightBytes, full_bar(stage));
+        stage = stage + 1 == kPairStages ? 0 : stage + 1;
+        phase ^= stage == 0 ? 1u : 0u;
+      }
+    }
+    __syncwarp();
+  } else {
+    const int lane = threadIdx.x % 32, warpgroup = threadIdx.x / 128;
+    const std::uint64_t desc0 = ptx::sw128_kmajor_desc(act_stage(0));
+    auto release = [&](int s) {
+      if (lane != 0) return;
+      ptx::mbarrier_arrive(empty_bar(s));
+      if (multicast) ptx::mbarrier_arrive_cluster(ptx::map_to_rank(empty_bar(s), peer));
+    };
+    float d[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) d[i] = 0.0f;
+    int stage = 0, previous = 0;
+    std::uint32_t phase = 0;
+    const long long start = clock64();
+    for (int kb = 0; kb < k_blocks; ++kb) {
+      ptx::mbarrier_wait(full_bar(stage), phase);
+      const uint4 w = ptx::ld_shared_v4_u32(wgt_stage(stage) + static_cast<std::uint32_t>(threadIdx.x) * 16u);
+      std::uint32_t a[4] = {w.x, w.y, w.z, w.w};
+      const std::uint64_t desc = desc0 + static_cast<std::uint64_t>(stage) * (kPairActBytes >> 4);
+#pragma unroll
+      for (int r = 0; r < 4; ++r) ptx::fence_register(a[r]);
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int j = 0; j < kStepsPerGroup; ++j) ptx::wgmma_m64n256k16_rs(d, a, desc + 2u * static_cast<std::uint32_t>(j));
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<1>();
+      if (kb > 0) release(previous);
+      previous = stage;
+      stage = stage + 1 == kPairStages ? 0 : stage + 1;
+      phase ^= stage == 0 ? 1u : 0u;
+    }
+    ptx::wgmma_wait<0>();
+    if (k_blocks > 0) release(previous);
+#pragma unroll
+    for (int i = 0; i < 128; ++i) ptx::fence_register(d[i]);
+    ptx::named_barrier(1, 32 * kPairConsumerWarps);
+    if (threadIdx.x == 0) cycles[blockIdx.x] = static_cast<std::uint64_t>(clock64() - start);
+    // Every copy into this CTA's ring has landed (each was waited for): compare its final contents.
+    unsigned int wrong = 0;
+    for (int s = 0; s < kPairStages && s < k_blocks; ++s) {
+      const int last = s + ((k_blocks - 1 - s) / kPairStages) * kPairStages;  // the last K block in stage s
+      const int src = last % kPairSourceBlocks;
+      for (int i = static_cast<int>(threadIdx.x); i < kPairStageBytes / 16; i += 32 * kPairConsumerWarps) {
+        const bool act = i < kPairActBytes / 16;
+        const uint4 got = ptx::ld_shared_v4_u32(act ? act_stage(s) + 16u * i : wgt_stage(s) + 16u * (i - kPairActBytes / 16));
+        const uint4 want = act ? reinterpret_cast<const uint4*>(pair_act + src * kPairActBytes)[i]
+                               : reinterpret_cast<const uint4*>(own_wgt + src * kPairWeightBytes)[i - kPairActBytes / 16];
+        wrong += got.x != want.x || got.y != want.y || got.z != want.z || got.w != want.w ? 1u : 0u;
+      }
+    }
+    if (wrong > 0) atomicAdd(mismatches, wrong);
+    if (d[0] == 1.2345f && warpgroup == 0) *sink = d[1];  // never: keeps the accumulators
+  }
+  ptx::cluster_sync();  // the peer's last arrivals on this CTA's barriers have landed
+#else
+  (void)k_blocks, (void)multicast, (void)act_src, (void)wgt_src, (void)cycles, (void)mismatches, (void)sink;
+#endif
+}
+
+// Diagnostic (disabled): what TMA multicast of the activation tile would buy the m256 prefill tile
+// (docs/KERNELS-prefill.md, "Not done yet", item 4). Its main loop runs at 97-98% of the tensor
+// rate in a burst, so multicast cannot shorten it there; at M >= 2048 the GPU runs at its power
+// cap, where fewer L2 reads could leave power for a higher SM clock. Per mode (unicast, multicast):
+// one launch of kBurstBlocks K blocks per CTA (SM cycles per K block, the ring's contents checked),
+// then launches of kLaunchBlocks (the K blocks of one m256 CTA at K = 6144) timed by graph replays
+// and replayed back to back for FP4GAP_MULTICAST_SUSTAIN_MS (default 1000) as `fp4gap gemm
+// --sustain` does: time per launch, SM clock and board power at the cap. Two rounds, to see drift
+// as the GPU heats. Run by hand:
+//   fp4gap_device_tests --gtest_also_run_disabled_tests --gtest_filter='TensorRate.DISABLED_ActivationMulticastAtThePowerCap'
+TEST(TensorRate, DISABLED_ActivationMulticastAtThePowerCap) {
+  if (gpu().cc_major != 9) GTEST_SKIP() << "register-A wgmma and TMA multicast are sm_90a code";
+  constexpr int kBurstBlocks = 2048, kLaunchBlocks = 96;
+  const int ctas = gpu().sm_count / 2 * 2;
+  const char* env = std::getenv("FP4GAP_MULTICAST_SUSTAIN_MS");
+  TimingOptions options;
+  options.sustain_ms = env != nullptr ? std::atof(env) : 1000.0;
+
+  // Activations: bf16 values of a unit normal (as a norm's output); weight chunks: random bytes.
+  std::mt19937 rng(20261205u);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<std::uint16_t> act(static_cast<std::size_t>(ctas / 2) * kPairSourceBlocks * kPairActBytes / 2);
+  for (auto& v : act) v = float_to_bf16(normal(rng));
+  std::vector<std::uint8_t> wgt(static_cast<std::size_t>(ctas) * kPairSourceBlocks * kPairWeightBytes);
+  for (auto& v : wgt) v = static_cast<std::uint8_t>(rng());
+  cuda::DeviceBuffer<std::uint16_t> act_dev(act.size());
+  cuda::DeviceBuffer<std::uint8_t> wgt_dev(wgt.size());
+  act_dev.upload(act);
+  wgt_dev.upload(wgt);
+  cuda::DeviceBuffer<std::uint64_t> cycles(static_cast<std::size_t>(ctas));
+  cuda::DeviceBuffer<unsigned int> mismatches(1);
+  cuda::DeviceBuffer<float> sink(1);
+  CUDA_CHECK(cudaFuncSetAttribute(paired_m256_main_loop_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  kPairSmemBytes));
+  auto launch = [&](int k_blocks, bool multicast, void* stream) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(ctas));
+    cfg.blockDim = dim3(kPairThreads);
+    cfg.dynamicSmemBytes = kPairSmemBytes;
+    cfg.stream = static_cast<cudaStream_t>(stream);
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = 2;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, paired_m256_main_loop_kernel, k_blocks, multicast ? 1 : 0,
+                                  reinterpret_cast<const std::uint8_t*>(act_dev.get()), wgt_dev.get(), cycles.get(),
+                                  mismatches.get(), sink.get()));
+  };
+
+  std::printf("%-9s %5s | %15s | %12s %12s %9s %7s  %s\n", "copies", "round", "burst cyc/block", "graph us",
+              "sustained us", "SM MHz", "W", "clock-event reasons");
+  double sustained[2][2] = {};
+  for (int round = 0; round < 2; ++round) {
+    for (bool multicast : {false, true}) {
+      const char* mode = multicast ? "multicast" : "unicast";
+      mismatches.fill_bytes(0);
+      launch(kBurstBlocks, multicast, nullptr);
+      CUDA_CHECK(cudaGetLastError());
+      CUDA_CHECK(cudaDeviceSynchronize());
+      ASSERT_EQ(mismatches.download()[0], 0u) << mode << ": the ring does not hold the blocks copied last";
+      std::vector<std::uint64_t> c = cycles.download();
+      std::sort(c.begin(), c.end());
+      ASSERT_GT(c[c.size() / 2], 0u) << mode;
+      const double per_block = static_cast<double>(c[c.size() / 2]) / kBurstBlocks;
+      const Timing t = time_launch([&](int, void* stream) { launch(kLaunchBlocks, multicast, stream); }, 1, gpu(), options);
+      ASSERT_EQ(mismatches.download()[0], 0u) << mode << " (timed launches)";
+      const double graph_us = t.graph.median_us;
+      double sustained_us = 0.0, power_w = 0.0;
+      int mhz = 0;
+      std::string reasons = "no sustained mode";
+      if (t.sustained) {
+        sustained_us = t.sustained->per_launch_us;
+        mhz = t.sustained->device.sm_clock_mhz;
+        power_w = t.sustained->device.power_w;
+        reasons = t.sustained->device.samples > 0 ? clock_event_reason_names(t.sustained->device.clock_event_reasons)
+                                                  : "no NVML readings";
+      }
+      sustained[round][multicast ? 1 : 0] = sustained_us;
+      std::printf("%-9s %5d | %15.1f | %12.2f %12.2f %9d %7.0f  %s\n", mode, round + 1, per_block, graph_us,
+                  sustained_us, mhz, power_w, reasons.c_str());
+    }
+  }
+  for (int round = 0; round < 2; ++round) {
+    if (sustained[round][1] > 0.0) {
+      std::printf("round %d: multicast takes %.3fx unicast's time per launch, sustained\n", round + 1,
+                  sustained[round][1] / sustained[round][0]);
     }
   }
 }

@@ -128,6 +128,17 @@ __device__ __forceinline__ void bulk_load(std::uint32_t dst, const void* src, st
                : "memory");
 }
 
+// The same bytes into every CTA of the cluster named by `cta_mask` (bit r: rank r), at `dst`'s
+// offset in each, each copy counted on the barrier at `bar`'s offset in its destination CTA; one
+// read of the source (TMA multicast, sm_90a).
+__device__ __forceinline__ void bulk_load_multicast(std::uint32_t dst, const void* src, std::uint32_t bytes,
+                                                    std::uint32_t bar, std::uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], %4;"
+      ::"r"(dst), "l"(reinterpret_cast<std::uint64_t>(src)), "r"(bytes), "r"(bar), "h"(cta_mask)
+      : "memory");
+}
+
 __device__ __forceinline__ void prefetch_tensor_map(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<std::uint64_t>(map)) : "memory");
 }
@@ -151,6 +162,12 @@ __device__ __forceinline__ std::uint32_t map_to_rank(std::uint32_t addr, std::ui
   std::uint32_t r;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
   return r;
+}
+
+// One arrival on the barrier at `remote_bar` (a map_to_rank address: another CTA's barrier),
+// releasing this thread's earlier accesses at cluster scope.
+__device__ __forceinline__ void mbarrier_arrive_cluster(std::uint32_t remote_bar) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote_bar) : "memory");
 }
 
 __device__ __forceinline__ float4 load_cluster_f4(std::uint32_t addr) {

@@ -289,6 +289,10 @@ void write_table(std::ostream& out, const std::vector<GemmRow>& rows) {
     if (const std::string sustained = sustained_note(r); !sustained.empty()) {
       note += (note.empty() ? "" : "; ") + sustained;
     }
+    if (r.rounds_operands) {
+      note += (note.empty() ? "" : "; ") + std::string("multiplies ") + r.operands +
+              " roundings of the operands, checked against their own product";
+    }
     if (!r.warnings.empty()) {
       if (!note.empty()) note += "; ";
       note += "warning: " + r.warnings;

@@ -341,6 +341,15 @@ TEST(Report, VerdictNamesTheFastestExactBackendWhenTheBestRoundsTheOperands) {
   EXPECT_NE(shape_verdicts({fp8})[0].find("no backend computing the problem's own product was timed."),
             std::string::npos);
   EXPECT_EQ(shape_verdicts({cublas, own})[0].find("roundings"), std::string::npos);
+  // The text table's note for the row says it too (the CSV and JSON carry the columns).
+  std::ostringstream table;
+  write_table(table, {cublas, fp8});
+  EXPECT_NE(table.str().find("[2] memory-bound: moves 50.5 MB: 11.8 us at 4.27 TB/s; multiplies e4m3 x e4m3 roundings "
+                             "of the operands, checked against their own product\n"),
+            std::string::npos)
+      << table.str();
+  EXPECT_EQ(table.str().find("[1] memory-bound: moves 50.5 MB: 11.8 us at 4.27 TB/s; multiplies"), std::string::npos)
+      << table.str();
 }
 
 TEST(Report, NumberFormatting) {

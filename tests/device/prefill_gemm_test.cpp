@@ -557,9 +557,9 @@ TEST(PrefillKernel, DISABLED_Timeline) {
   };
   cuda::DeviceBuffer<std::uint8_t> flush(static_cast<std::size_t>(2 * gpu().l2_bytes));
   for (const Shape s : {Shape{4096, 6144, 2048}, Shape{4096, 4096, 6144}, Shape{1024, 4096, 6144},
-                        Shape{512, 2048, 6144}, Shape{512, 6144, 2048}, Shape{128, 6144, 2048}, Shape{64, 4096, 6144}, Shape{64, 2048, 6144},
-                        Shape{32, 2048, 6144}, Shape{32, 6144, 2048}, Shape{16, 4096, 6144}, Shape{16, 2048, 6144},
-                        Shape{16, 6144, 2048}}) {
+                        Shape{512, 2048, 6144}, Shape{512, 6144, 2048}, Shape{128, 6144, 2048},
+                        Shape{64, 4096, 6144}, Shape{64, 2048, 6144}, Shape{32, 2048, 6144}, Shape{32, 6144, 2048},
+                        Shape{16, 4096, 6144}, Shape{16, 2048, 6144}, Shape{16, 6144, 2048}}) {
     const GemmProblem p = make_problem(s.m, s.n, s.k, false, OutputType::bf16);
     const GemmInputs in = make_gemm_inputs(p, 1, InputDistribution::random);
     const prefill::Plan plan = prefill::choose_plan(s.m, s.n, s.k, gpu(), prefill::concurrent_ctas);

@@ -379,12 +379,13 @@ TEST(TensorRate, DISABLED_CopyRateBySmCount) {
 // Multicast: each CTA copies half of it into both CTAs' stages, so the pair reads each activation
 // byte from L2 once instead of twice (36.6 -> 20.6 KB of L2 reads per CTA and K block), and a stage
 // is refilled only once both CTAs' consumers have released it (each consumer warp arrives on its
-// own and its peer's empty barrier). The sources cycle through kPairSourceBlocks K blocks, L2-resident.
+// own and its peer's empty barrier). The sources cycle through kPairSourceBlocks K blocks, L2-resident
+// (19 MB in all), a count prime to the stages so that each stage receives different blocks in turn.
 constexpr int kPairStages = 6;
 constexpr int kPairActBytes = 256 * 64 * 2;
 constexpr int kPairWeightBytes = 4608;
 constexpr int kPairStageBytes = kPairActBytes + kPairWeightBytes;
-constexpr int kPairSourceBlocks = 6;
+constexpr int kPairSourceBlocks = 7;
 constexpr int kPairConsumerWarps = 8;
 constexpr int kPairThreads = 32 * kPairConsumerWarps + 32;  // 2 consumer warpgroups + the producer warp
 constexpr int kPairSmemBytes = kPairStages * kPairStageBytes + 1024;
@@ -408,8 +409,10 @@ __global__ void __launch_bounds__(kPairThreads, 1)
   auto full_bar = [&](int s) { return ptx::smem_addr(&bars[s]); };
   auto empty_bar = [&](int s) { return ptx::smem_addr(&bars[kPairStages + s]); };
   const std::uint32_t rank = ptx::cluster_rank(), peer = rank ^ 1u;
-  const std::uint8_t* const pair_act = act_src + static_cast<std::int64_t>(blockIdx.x / 2) * kPairSourceBlocks * kPairActBytes;
-  const std::uint8_t* const own_wgt = wgt_src + static_cast<std::int64_t>(blockIdx.x) * kPairSourceBlocks * kPairWeightBytes;
+  const std::uint8_t* const pair_act =
+      act_src + static_cast<std::int64_t>(blockIdx.x / 2) * kPairSourceBlocks * kPairActBytes;
+  const std::uint8_t* const own_wgt =
+      wgt_src + static_cast<std::int64_t>(blockIdx.x) * kPairSourceBlocks * kPairWeightBytes;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kPairStages; ++s) {
       ptx::mbarrier_init(full_bar(s), 1);

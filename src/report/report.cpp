@@ -286,17 +286,10 @@ void write_table(std::ostream& out, const std::vector<GemmRow>& rows) {
     std::string note;
     if (r.status != RowStatus::passed) note = std::string(to_string(r.status)) + ": " + r.reason;
     else if (!r.bound.empty()) note = r.bound + "-bound: " + r.bound_reason;
-    if (const std::string sustained = sustained_note(r); !sustained.empty()) {
-      note += (note.empty() ? "" : "; ") + sustained;
-    }
-    if (r.rounds_operands) {
-      note += (note.empty() ? "" : "; ") + std::string("multiplies ") + r.operands +
-              " roundings of the operands, checked against their own product";
-    }
-    if (!r.warnings.empty()) {
-      if (!note.empty()) note += "; ";
-      note += "warning: " + r.warnings;
-    }
+    auto add = [&](const std::string& part) { note += (note.empty() ? "" : "; ") + part; };
+    if (const std::string sustained = sustained_note(r); !sustained.empty()) add(sustained);
+    if (r.rounds_operands) add("multiplies " + r.operands + " roundings of the operands, checked against their own product");
+    if (!r.warnings.empty()) add("warning: " + r.warnings);
     if (note.empty()) continue;
     if (!any_note) out << "\nnotes:\n";
     any_note = true;

@@ -288,7 +288,9 @@ void write_table(std::ostream& out, const std::vector<GemmRow>& rows) {
     else if (!r.bound.empty()) note = r.bound + "-bound: " + r.bound_reason;
     auto add = [&](const std::string& part) { note += (note.empty() ? "" : "; ") + part; };
     if (const std::string sustained = sustained_note(r); !sustained.empty()) add(sustained);
-    if (r.rounds_operands) add("multiplies " + r.operands + " roundings of the operands, checked against their own product");
+    if (r.rounds_operands) {
+      add("multiplies " + r.operands + " roundings of the operands, checked against their own product");
+    }
     if (!r.warnings.empty()) add("warning: " + r.warnings);
     if (note.empty()) continue;
     if (!any_note) out << "\nnotes:\n";

@@ -32,6 +32,7 @@ namespace {
 
 using test::gpu;
 using test::repro;
+using test::synchronize_within;
 using test::sweep_ms_from_env;
 using test::output_as_float;
 
@@ -116,7 +117,7 @@ struct DeviceCase {
     cuda::Stream stream;
     CUDA_CHECK(cudaMemsetAsync(d.get(), 0xFF, d.bytes(), stream.get()));
     launch_gemm(plan, args, stream.as_void());
-    stream.synchronize();
+    synchronize_within(stream.get());
     return d.download();
   }
 };
@@ -318,7 +319,7 @@ TEST(DecodeGemm, GraphReplayMatchesTheReference) {
   CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   CUDA_CHECK(cudaMemsetAsync(dc.d.get(), 0xFF, dc.d.bytes(), stream.get()));
   for (int r = 0; r < 3; ++r) CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
-  stream.synchronize();
+  synchronize_within(stream.get());
   CUDA_CHECK(cudaGraphExecDestroy(exec));
   CUDA_CHECK(cudaGraphDestroy(graph));
   const std::vector<float> got = output_as_float(dc.d.download(), OutputType::bf16);
@@ -390,7 +391,7 @@ TEST(DecodeBackends, RunnersMatchTheReferenceOnEverySet) {
       }
       cuda::Stream stream;
       for (int set = 0; set < 2; ++set) runner->run(set, stream.as_void());
-      stream.synchronize();
+      synchronize_within(stream.get());
       for (int set = 0; set < 2; ++set) {
         const std::vector<float> got = runner->read_output(set);
         const VerifyResult v = verify_gemm_output(got.data(), ref, p.k, out);

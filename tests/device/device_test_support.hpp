@@ -2,14 +2,17 @@
 // Helpers shared by the device tests.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cuda/common.cuh"
@@ -28,6 +31,38 @@ namespace fp4gap::test {
 inline bool under_sanitizer() {
   const char* v = std::getenv("FP4GAP_UNDER_SANITIZER");
   return v != nullptr && std::string(v) == "1";
+}
+
+// Waits for the work queued on `stream` (nullptr: the legacy default stream, which also waits for
+// the blocking streams' earlier work), at most `seconds` (ten times that under a sanitizer). A
+// kernel that never finishes (a barrier, cluster or flag protocol that waits forever) fails the
+// current test there, printing its SCOPED_TRACE (plan, seed, repro), and ends the process: a hung
+// context cannot be reset, and the outer `timeout` of a GPU call would end the suite without
+// saying which launch hung.
+inline void synchronize_within(cudaStream_t stream, double seconds = 30.0) {
+  if (under_sanitizer()) seconds *= 10.0;
+  cudaEvent_t done = nullptr;
+  CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventRecord(done, stream));
+  const auto start = std::chrono::steady_clock::now();
+  cudaError_t status = cudaSuccess;
+  while ((status = cudaEventQuery(done)) == cudaErrorNotReady) {
+    const std::chrono::duration<double> waited = std::chrono::steady_clock::now() - start;
+    if (waited.count() > seconds) {
+      ADD_FAILURE() << "the GPU work did not finish within " << seconds
+                    << " s: a kernel waits forever (the trace below names the launch); ending the process, "
+                    << "whose CUDA context cannot be reset";
+      std::fprintf(stderr, "the GPU work did not finish within %g s\n", seconds);
+      std::fflush(stdout);
+      std::fflush(stderr);
+      std::_Exit(EXIT_FAILURE);
+    }
+    // Most launches here take microseconds: poll without sleeping for the first 10 ms.
+    if (waited.count() > 0.01) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  static_cast<void>(cudaEventDestroy(done));
+  CUDA_CHECK(status);
+  CUDA_CHECK(stream == nullptr ? cudaDeviceSynchronize() : cudaStreamSynchronize(stream));
 }
 
 inline const DeviceContext& gpu() {
@@ -120,7 +155,7 @@ inline void check_backend(
   runner->poison_output();
   cuda::Stream stream;
   runner->run(1, stream.as_void());
-  stream.synchronize();
+  synchronize_within(stream.get());
   const std::vector<float> got = runner->read_output(1);
   ASSERT_EQ(got.size(), static_cast<std::size_t>(p.m * p.n));
   const ReferenceResult ref = reference_gemm(runner->a_operand(), runner->b_operand(), runner->alpha());

@@ -28,6 +28,7 @@ namespace {
 
 using test::gpu;
 using test::repro;
+using test::synchronize_within;
 using test::expect_exact;
 using test::sweep_ms_from_env;
 
@@ -142,7 +143,7 @@ DeviceGemm upload(const GemmInputs& in, const prefill::Plan& plan) {
 }
 
 std::vector<float> read_floats(const cuda::DeviceBuffer<std::uint8_t>& d_out, const GemmProblem& p) {
-  CUDA_CHECK(cudaDeviceSynchronize());
+  synchronize_within(nullptr);
   const std::vector<std::uint8_t> raw = d_out.download();
   std::vector<float> out(static_cast<std::size_t>(p.m * p.n));
   for (std::size_t i = 0; i < out.size(); ++i) {
@@ -326,7 +327,7 @@ TEST(PrefillKernel, LaunchRefusesNvfp4ActivationsItCannotDequantize) {
   // 16 x 128 x 65536 unsplit: 1024 resident K blocks of 2 KB, more than any device's shared memory.
   refused(prefill::make_plan(m, n, 65536, narrow, 1), prefill::Nvfp4Activations{codes.get(), scales.get(), m, 65536},
           "K blocks of resident activations per CTA need");
-  CUDA_CHECK(cudaDeviceSynchronize());
+  synchronize_within(nullptr);
   const std::vector<float> untouched = out.download();
   for (float x : untouched) ASSERT_TRUE(std::isnan(x)) << "a refused launch wrote the output";
 }
@@ -569,7 +570,7 @@ TEST(PrefillKernel, DISABLED_Timeline) {
     for (int warm = 0; warm < 2; ++warm) launch(d, in, plan, nullptr);
     flush.fill_bytes(0x5A);
     launch(d, in, plan, nullptr, timeline.get());
-    CUDA_CHECK(cudaDeviceSynchronize());
+    synchronize_within(nullptr);
     const std::vector<std::uint64_t> t = timeline.download();
     auto field = [&](std::size_t cta, int f) { return static_cast<double>(t[cta * prefill::kTimelineFields + f]); };
     double begin = field(0, 0), end = field(0, 3);
@@ -652,7 +653,7 @@ TEST(PrefillKernel, GraphReplayWritesTheSameBits) {
     runner->poison_output();
     runner->run(0, stream.as_void());
     runner->run(1, stream.as_void());
-    stream.synchronize();
+    synchronize_within(stream.get());
     const std::vector<float> direct0 = runner->read_output(0), direct1 = runner->read_output(1);
     runner->poison_output();
     cudaGraph_t graph = nullptr;
@@ -664,7 +665,7 @@ TEST(PrefillKernel, GraphReplayWritesTheSameBits) {
     CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
     CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
     CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
-    stream.synchronize();
+    synchronize_within(stream.get());
     CUDA_CHECK(cudaGraphExecDestroy(exec));
     CUDA_CHECK(cudaGraphDestroy(graph));
     const std::vector<float> replay0 = runner->read_output(0), replay1 = runner->read_output(1);
@@ -715,7 +716,7 @@ TEST(PrefillKernel, LaunchRefusesActivationMapsOfAnotherConfig) {
     }
   }
   launch_with(prefill::make_activation_maps(act.get(), m, k, grouped), m);  // the matching maps launch
-  CUDA_CHECK(cudaDeviceSynchronize());
+  synchronize_within(nullptr);
 }
 
 TEST(PrefillBackends, SupportsNamesItsRules) {

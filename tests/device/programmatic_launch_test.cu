@@ -28,6 +28,7 @@ namespace fp4gap::decode {
 namespace {
 
 using test::repro;
+using test::synchronize_within;
 
 __device__ std::uint64_t global_ns() {
   std::uint64_t t;
@@ -69,7 +70,7 @@ void expect_dependents_start_early(cuda::Stream& stream, cuda::DeviceBuffer<std:
   start_probe_kernel<<<1, 1, 0, stream.get()>>>(times.get() + 1);
   CUDA_CHECK_LAUNCH();
   launch_producer(scratch.get(), scratch.get(), 0, scratch.get(), 0, times.get(), stream.get());
-  stream.synchronize();
+  synchronize_within(stream.get());
   times.fill_bytes(0);
   launch_producer(scratch.get(), scratch.get(), 0, scratch.get(), 0, times.get(), stream.get());
   cudaLaunchConfig_t cfg{};
@@ -80,7 +81,7 @@ void expect_dependents_start_early(cuda::Stream& stream, cuda::DeviceBuffer<std:
   cfg.attrs = &attr;
   cfg.numAttrs = 1;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, start_probe_kernel, times.get() + 1));
-  stream.synchronize();
+  synchronize_within(stream.get());
   const std::vector<std::uint64_t> t = times.download();
   ASSERT_LT(t[1], t[0]) << "the dependent probe started " << (t[1] - t[0]) << " ns after the producer finished: "
                         << "programmatic launches do not overlap here, so this test cannot check the GEMMs";
@@ -111,14 +112,14 @@ struct Race {
   void expect_correct_behind_late_producer(cuda::Stream& stream, cuda::DeviceBuffer<std::uint64_t>& times,
                                            const std::string& plan, Launch&& launch) {
     launch();  // loads the kernel's module (see the probe)
-    stream.synchronize();
+    synchronize_within(stream.get());
     a.fill_bytes(0);
     d.fill_bytes(0);
     launch_producer(a_staged.get(), a.get(), static_cast<std::int64_t>(a.bytes()),
                     reinterpret_cast<std::uint8_t*>(d.get()), static_cast<std::int64_t>(d.bytes()), times.get(),
                     stream.get());
     launch();
-    stream.synchronize();
+    synchronize_within(stream.get());
     const std::vector<float> got = d.download();
     const VerifyResult v = verify_gemm_output(got.data(), ref, k, OutputType::f32);
     std::ostringstream what;
@@ -255,14 +256,14 @@ TEST(PrefillKernel, ProgrammaticActivationPassWaitsForThePreviousKernel) {
                              stream.get(), nullptr, true);
       };
       launch();  // loads the modules (see the probe)
-      stream.synchronize();
+      synchronize_within(stream.get());
       a.fill_bytes(0);
       a_bf16.fill_bytes(0);
       d.fill_bytes(0);
       launch_producer(staged.get(), a.get(), static_cast<std::int64_t>(a.bytes()), reinterpret_cast<std::uint8_t*>(d.get()),
                       static_cast<std::int64_t>(d.bytes()), times.get(), stream.get());
       launch();
-      stream.synchronize();
+      synchronize_within(stream.get());
       const std::vector<float> got = d.download();
       const VerifyResult v = verify_gemm_output(got.data(), ref, k, OutputType::f32);
       EXPECT_TRUE(v.passed) << v.message << " for "

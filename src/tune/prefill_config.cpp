@@ -219,10 +219,11 @@ struct TileCost {
 // Run 105 reduced and stored m128 split 2's 64-row band in 2.05 us instead of 2.82; with that
 // saving, scaled by the band's rows, the policy picks run 111's fastest plan (each timed as the
 // backends launch it) at all 12 points of M = 128-1024 (without it 10; the others 0.6% and 3.5%
-// slower), as with any value in [0.5, 1.0]. The narrow tiles keep entries set within runs 53-54's
-// spread to hold that sweep's ranking: with the saving, m64 G4 split 2 would displace m128 G3
-// split 3 at W13 M = 96-128 (predicted 18.0 against 18.3 us; run 54 timed it 1% slower before
-// run 105, W2 M = 64's m64 split 2 0.35 us faster since), unmeasured since: left to a sweep.
+// slower), as with any value in [0.5, 1.0]. m64 with copy groups has it too since run 113's sweep
+// (an H100): with it, m64 G4 split 2 displaces m128 G3 split 3 at glm5 W13 M = 65-128 and seed
+// M = 193-256 (predicted 18.0 against 18.3 us), and measured as the backends launch them it was
+// 0.4-5.9% faster at the three such points swept (W13 M = 96, 128, seed M = 256: 16.36 against
+// 17.39 us at W13 M = 128). The other narrow tiles keep entries set within runs 53-54's spread.
 constexpr double kTmaBandSaving = 0.77;
 constexpr TileCost kTileCosts[] = {
     {256, false, 1, 2.97, 5.94, 0.638, 0.0, 0.0, kTmaBandSaving},  // main loop at ~92% of the bf16 tensor rate
@@ -261,7 +262,7 @@ constexpr TileCost kTileCosts[] = {
     // 0.3-1.1 us faster: raised to 2.6 (the sweep never had it win).
     {32, false, 4, 3.04, 1.62, 0.219, 0.0, 2.00},
     {16, false, 4, 2.70, 1.07, 0.225, 0.0, 1.30},
-    {64, false, 4, 4.30, 2.10, 0.250, 0.0, 2.90},
+    {64, false, 4, 4.30, 2.10, 0.250, 0.0, 2.90, kTmaBandSaving},
 };
 
 const TileCost& tile_cost(const TileConfig& config) {

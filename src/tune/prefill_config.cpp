@@ -218,15 +218,19 @@ struct TileCost {
 };
 // Run 105 reduced and stored m128 split 2's 64-row band in 2.05 us instead of 2.82; with that
 // saving, scaled by the band's rows, the policy picks run 111's fastest plan (each timed as the
-// backends launch it) at all 12 points of M = 128-1024 (without it 10; the others 0.6% and 3.5%
-// slower), as with any value in [0.5, 1.0]. m64 with copy groups has it too since run 113's sweep
+// backends launch it) at all 12 points of M = 128-1024, as with any value in [0.5, 1.0]. Not for
+// the 6-stage m256: with it the policy ran m256 split 2 at glm5 W13 M = 385-512 and seed
+// M = 769-1024, which `fp4gap gemm` then timed 4.2-4.6% slower than the m128 G3 unsplit plans it
+// displaced, on the H200 (run 119: 38.6 against 37.0 us at W13 M = 512) as on an H100 (run 113).
+// m64 with copy groups has it since run 113's sweep
 // (an H100): with it, m64 G4 split 2 displaces m128 G3 split 3 at glm5 W13 M = 65-128 and seed
 // M = 193-256 (predicted 18.0 against 18.3 us), and measured as the backends launch them it was
 // 0.4-5.9% faster at the three such points swept (W13 M = 96, 128, seed M = 256: 16.36 against
-// 17.39 us at W13 M = 128). The other narrow tiles keep entries set within runs 53-54's spread.
+// 17.39 us at W13 M = 128); through `fp4gap gemm` on the H200 5.3-6.2% faster (run 119). The
+// other narrow tiles keep entries set within runs 53-54's spread.
 constexpr double kTmaBandSaving = 0.77;
 constexpr TileCost kTileCosts[] = {
-    {256, false, 1, 2.97, 5.94, 0.638, 0.0, 0.0, kTmaBandSaving},  // main loop at ~92% of the bf16 tensor rate
+    {256, false, 1, 2.97, 5.94, 0.638},  // main loop at ~92% of the bf16 tensor rate
     {128, false, 1, 2.92, 2.73, 0.410, 0.0, 0.0, kTmaBandSaving},  // ~77%
     // 3 K blocks per copy: run 44's sweep of both m128 configs at M = 128 and 512 (36 plans each,
     // same run) fits them with +0.37 us fixed, +0.37 us for a split and 0.904x per K block

@@ -354,10 +354,10 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
                        // split 2 16.36 us against m128 G3 split 3 17.39, as the backends launch them
                        Case{128, 4096, 6144, 64, 2, false, kCluster, 4},
                        Case{512, 2048, 6144, 128, 2, false, kCluster, 3},  // 23.80 (plain: 24.81)
-                       // Run 111, each plan timed as the backends launch it (m256 not programmatically):
-                       // 38.28 (m128 G3 unsplit 39.63), 38.48 (38.70); before run 105 the m128 G3 won by <1%
-                       Case{512, 4096, 6144, 256, 2, false},
-                       Case{1024, 2048, 6144, 256, 2, false},
+                       // Run 119 through `fp4gap gemm` (H200, two rounds): m128 G3 unsplit 37.0 / 37.2
+                       // against m256 split 2's 38.6 / 38.7 (run 111's sweep had m256 split 2 ahead)
+                       Case{512, 4096, 6144, 128, 1, false, kCluster, 3},
+                       Case{1024, 2048, 6144, 128, 1, false, kCluster, 3},
                        // Run 48: 65.66 (persistent, one tile per CTA: 67.10; run 45: 66.20 / 68.35)
                        Case{1024, 4096, 6144, 256, 1, false},
                        Case{384, 6144, 2048, 192, 1, false},    // run 48: 20.40 (persistent: 21.48)

@@ -216,18 +216,17 @@ struct TileCost {
   // (Plan::cluster_band_rows), for the entries fitted before it was (run 105).
   double tma_band_saving_us_per_64_rows = 0.0;
 };
-// Run 105 reduced and stored m128 split 2's 64-row band in 2.05 us instead of 2.82; with that
-// saving, scaled by the band's rows, the policy picks run 111's fastest plan (each timed as the
-// backends launch it) at all 12 points of M = 128-1024, as with any value in [0.5, 1.0]. Not for
-// the 6-stage m256: with it the policy ran m256 split 2 at glm5 W13 M = 385-512 and seed
-// M = 769-1024, which `fp4gap gemm` then timed 4.2-4.6% slower than the m128 G3 unsplit plans it
-// displaced, on the H200 (run 119: 38.6 against 37.0 us at W13 M = 512) as on an H100 (run 113).
-// m64 with copy groups has it since run 113's sweep
-// (an H100): with it, m64 G4 split 2 displaces m128 G3 split 3 at glm5 W13 M = 65-128 and seed
-// M = 193-256 (predicted 18.0 against 18.3 us), and measured as the backends launch them it was
-// 0.4-5.9% faster at the three such points swept (W13 M = 96, 128, seed M = 256: 16.36 against
-// 17.39 us at W13 M = 128); through `fp4gap gemm` on the H200 5.3-6.2% faster (run 119). The
-// other narrow tiles keep entries set within runs 53-54's spread.
+// Run 105 reduced and stored m128 split 2's 64-row band in 2.05 us instead of 2.82: a cluster split
+// whose band leaves through TMA (Plan::cluster_band_rows) is charged that much less per 64 rows of
+// band. The m128 and m192 entries take it (run 111's sweep: any value in [0.5, 1.0] ranks it
+// right). m64 with copy groups has taken it since run 113's sweep (an H100). With it, m64 G4
+// split 2 displaces m128 G3 split 3 at glm5 W13 M = 65-128 and seed M = 193-256 (predicted 18.0
+// against 18.3 us). Through `fp4gap gemm` on the H200 that was 5.3-6.2% faster (run 119: 16.28
+// against 17.35 us at W13 M = 128). The 6-stage m256 does not take it. With it the policy ran
+// m256 split 2 at glm5 W13 M = 385-512 and seed M = 769-1024, which `fp4gap gemm` timed 4.2-4.6%
+// slower than the m128 G3 unsplit plans it displaced, on the H200 (run 119: 38.6 against 37.0 us
+// at W13 M = 512) as on an H100 (run 113). The other narrow tiles keep entries set within runs
+// 53-54's spread.
 constexpr double kTmaBandSaving = 0.77;
 constexpr TileCost kTileCosts[] = {
     {256, false, 1, 2.97, 5.94, 0.638},  // main loop at ~92% of the bf16 tensor rate

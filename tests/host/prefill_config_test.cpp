@@ -350,8 +350,9 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
                        Case{256, 6144, 2048, 128, 1, false, kCluster, 3},
                        Case{256, 4096, 6144, 128, 2, false, kCluster, 3},  // 25.30 before copy groups
                        Case{128, 2048, 6144, 128, 6, false},               // 12.46 (copy groups: 12.95)
-                       // Run 113 (an H100; runs 44-54 predate the band's TMA store, run 105): m64 G4
-                       // split 2 16.36 us against m128 G3 split 3 17.39, as the backends launch them
+                       // Run 119 through `fp4gap gemm` (H200): m64 G4 split 2 16.28 us against m128 G3
+                       // split 3 17.35 (run 113, an H100: 16.36 / 17.39; runs 44-54 predate the band's
+                       // TMA store, run 105)
                        Case{128, 4096, 6144, 64, 2, false, kCluster, 4},
                        Case{512, 2048, 6144, 128, 2, false, kCluster, 3},  // 23.80 (plain: 24.81)
                        // Run 119 through `fp4gap gemm` (H200, two rounds): m128 G3 unsplit 37.0 / 37.2
@@ -382,8 +383,8 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
                        Case{48, 4096, 6144, 64, 4, false, SplitReduction::workspace, 4},
                        Case{64, 2048, 6144, 64, 6, false},               // 9.90 (m64 G4: 10.11)
                        Case{64, 6144, 2048, 64, 2, false},               // 9.14 (9.17)
-                       // Run 113: 17.64 (m128 G3 split 3: 17.71); runs 53-54, before the band's TMA
-                       // store: m128 G3 split 3 17.60 against 17.77
+                       // Run 119 (H200): 16.61 (m128 G3 split 3: 17.54); runs 53-54, before the band's
+                       // TMA store: m128 G3 split 3 17.60 against 17.77
                        Case{96, 4096, 6144, 64, 2, false, kCluster, 4},
                        Case{96, 6144, 2048, 128, 2, false},              // 11.97 (m64 G4 split 1: 12.49)
                        Case{128, 6144, 2048, 128, 2, false},             // 11.91 (12.18)

@@ -96,15 +96,16 @@ inline std::vector<float> output_as_float(const std::vector<std::uint8_t>& raw, 
 
 // The sweeps' FP4GAP_SWEEP_M: a comma-separated list of M that replaces the sweep's own list.
 // Throws on anything else, so that a typo does not silently sweep the default list.
-inline std::vector<std::int64_t> sweep_ms_from_env(std::vector<std::int64_t> defaults) {
-  const char* list = std::getenv("FP4GAP_SWEEP_M");
+inline std::vector<std::int64_t> sweep_ms_from_env(std::vector<std::int64_t> defaults,
+                                                   const char* variable = "FP4GAP_SWEEP_M") {
+  const char* list = std::getenv(variable);
   if (list == nullptr) return defaults;
   std::vector<std::int64_t> ms;
   for (const char* p = list; *p != '\0';) {
     char* end = nullptr;
     const long long m = std::strtoll(p, &end, 10);
     if (end == p || m < 1 || (*end != ',' && *end != '\0')) {
-      throw std::invalid_argument(std::string("FP4GAP_SWEEP_M is a comma-separated list of M >= 1: ") + list);
+      throw std::invalid_argument(std::string(variable) + " is a comma-separated list of M >= 1: " + list);
     }
     ms.push_back(m);
     p = *end == ',' ? end + 1 : end;

@@ -549,18 +549,28 @@ TEST(PrefillKernel, DISABLED_SweepConfigsAndSplits) {
 
 // Diagnostic, not a test of speed: where a CTA's time goes (first stage's arrival, main loop,
 // epilogue) and how long an SM waits between CTAs, from the kernel's optional timeline, with L2
-// flushed before the launch (cold weights and activations). Run by hand on the GPU:
+// flushed before the launch (cold weights and activations). Where M leaves the last row of tiles
+// partly empty, its CTAs are also summarized apart from the others. Run by hand on the GPU
+// (FP4GAP_TIMELINE_M=96,128 times the three glm5 shapes at those M instead of the default list):
 //   fp4gap_device_tests --gtest_also_run_disabled_tests --gtest_filter='PrefillKernel.DISABLED_Timeline'
 TEST(PrefillKernel, DISABLED_Timeline) {
   REQUIRE_HOPPER();
   struct Shape {
     std::int64_t m, n, k;
   };
+  std::vector<Shape> shapes = {Shape{4096, 6144, 2048}, Shape{4096, 4096, 6144}, Shape{1024, 4096, 6144},
+                               Shape{512, 2048, 6144},  Shape{512, 6144, 2048},  Shape{128, 6144, 2048},
+                               Shape{64, 4096, 6144},   Shape{64, 2048, 6144},   Shape{32, 2048, 6144},
+                               Shape{32, 6144, 2048},   Shape{16, 4096, 6144},   Shape{16, 2048, 6144},
+                               Shape{16, 6144, 2048}};
+  if (std::getenv("FP4GAP_TIMELINE_M") != nullptr) {
+    shapes.clear();
+    for (const std::int64_t m : sweep_ms_from_env({}, "FP4GAP_TIMELINE_M")) {
+      for (const Shape glm5 : {Shape{m, 4096, 6144}, Shape{m, 6144, 2048}, Shape{m, 2048, 6144}}) shapes.push_back(glm5);
+    }
+  }
   cuda::DeviceBuffer<std::uint8_t> flush(static_cast<std::size_t>(2 * gpu().l2_bytes));
-  for (const Shape s : {Shape{4096, 6144, 2048}, Shape{4096, 4096, 6144}, Shape{1024, 4096, 6144},
-                        Shape{512, 2048, 6144}, Shape{512, 6144, 2048}, Shape{128, 6144, 2048},
-                        Shape{64, 4096, 6144}, Shape{64, 2048, 6144}, Shape{32, 2048, 6144}, Shape{32, 6144, 2048},
-                        Shape{16, 4096, 6144}, Shape{16, 2048, 6144}, Shape{16, 6144, 2048}}) {
+  for (const Shape s : shapes) {
     const GemmProblem p = make_problem(s.m, s.n, s.k, false, OutputType::bf16);
     const GemmInputs in = make_gemm_inputs(p, 1, InputDistribution::random);
     const prefill::Plan plan = prefill::choose_plan(s.m, s.n, s.k, gpu(), prefill::concurrent_ctas);
@@ -624,6 +634,31 @@ TEST(PrefillKernel, DISABLED_Timeline) {
                   "us, share reduced and stored %5.2f / %5.2f us, last barrier %5.2f / %5.2f us\n",
                   median(exchange), largest(exchange), median(reduce), largest(reduce), median(last_barrier),
                   largest(last_barrier));
+    }
+    // A non-persistent grid runs CTA c on row tile c / split_k / n_tiles: where M is not a multiple
+    // of the tile, the last row of tiles (zeros loaded beyond M) apart from the full ones.
+    const std::int64_t block_m = plan.config.block_m, row_tiles = (s.m + block_m - 1) / block_m;
+    if (!plan.config.persistent && s.m % block_m != 0) {
+      const std::int64_t n_tiles = (s.n + prefill::kBlockN - 1) / prefill::kBlockN;
+      for (const bool last : {true, false}) {
+        std::vector<double> f, ml, ep, cyc;
+        for (std::size_t c = 0; c < ctas; ++c) {
+          const std::int64_t row_tile = static_cast<std::int64_t>(c) / plan.split_k / n_tiles;
+          if ((row_tile == row_tiles - 1) != last) continue;
+          f.push_back(first[c]);
+          ml.push_back(main_loop[c]);
+          ep.push_back(epilogue[c]);
+          const prefill::KRange kr = prefill::split_k_range(plan.k_blocks, plan.split_k,
+                                                            static_cast<int>(c % static_cast<std::size_t>(plan.split_k)));
+          if (kr.end > kr.begin) cyc.push_back(field(c, 5) / static_cast<double>(kr.end - kr.begin));
+        }
+        std::printf("  %s (%zu CTAs): first stage median %5.2f max %5.2f | main loop median %7.2f max %7.2f | epilogue "
+                    "median %5.2f max %5.2f | %5ld SM cycles per K block (median)\n",
+                    last ? "last row tile, " : "full row tiles", f.size(), median(f), largest(f), median(ml),
+                    largest(ml), median(ep), largest(ep), std::lround(median(cyc)));
+        if (last) std::printf("    (%lld of its %lld rows hold data)\n", static_cast<long long>(s.m % block_m),
+                              static_cast<long long>(block_m));
+      }
     }
     // When the first pass's K blocks arrive, in us from the CTA's start (medians over CTAs, at the
     // CTAs' median clock): a steady spacing after the first is the rate the CTA's stream delivers.

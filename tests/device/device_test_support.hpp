@@ -94,8 +94,9 @@ inline std::vector<float> output_as_float(const std::vector<std::uint8_t>& raw, 
   return out;
 }
 
-// The sweeps' FP4GAP_SWEEP_M: a comma-separated list of M that replaces the sweep's own list.
-// Throws on anything else, so that a typo does not silently sweep the default list.
+// The sweeps' FP4GAP_SWEEP_M (or another diagnostic's `variable`): a comma-separated list of M
+// that replaces the diagnostic's own list. Throws on anything else, so that a typo does not
+// silently run the default list.
 inline std::vector<std::int64_t> sweep_ms_from_env(std::vector<std::int64_t> defaults,
                                                    const char* variable = "FP4GAP_SWEEP_M") {
   const char* list = std::getenv(variable);

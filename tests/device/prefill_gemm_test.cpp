@@ -652,12 +652,14 @@ TEST(PrefillKernel, DISABLED_Timeline) {
                                                             static_cast<int>(c % static_cast<std::size_t>(plan.split_k)));
           if (kr.end > kr.begin) cyc.push_back(field(c, 5) / static_cast<double>(kr.end - kr.begin));
         }
-        std::printf("  %s (%zu CTAs): first stage median %5.2f max %5.2f | main loop median %7.2f max %7.2f | epilogue "
-                    "median %5.2f max %5.2f | %5ld SM cycles per K block (median)\n",
-                    last ? "last row tile, " : "full row tiles", f.size(), median(f), largest(f), median(ml),
-                    largest(ml), median(ep), largest(ep), std::lround(median(cyc)));
-        if (last) std::printf("    (%lld of its %lld rows hold data)\n", static_cast<long long>(s.m % block_m),
-                              static_cast<long long>(block_m));
+        if (f.empty()) continue;  // one row of tiles: it is the last
+        const std::string what = last ? "last row of tiles (" + std::to_string(s.m % block_m) + " of " +
+                                            std::to_string(block_m) + " rows hold data)"
+                                      : std::string("full rows of tiles");
+        std::printf("  %s, %zu CTAs: first stage median %5.2f max %5.2f | main loop median %7.2f max %7.2f | "
+                    "epilogue median %5.2f max %5.2f | %ld SM cycles per K block (median)\n",
+                    what.c_str(), f.size(), median(f), largest(f), median(ml), largest(ml), median(ep), largest(ep),
+                    std::lround(median(cyc)));
       }
     }
     // When the first pass's K blocks arrive, in us from the CTA's start (medians over CTAs, at the

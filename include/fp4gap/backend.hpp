@@ -3,6 +3,7 @@
 // supports(problem, device) with a reason, and runs on the same seeded inputs.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -53,6 +54,18 @@ struct GemmInputs {
 GemmInputs make_gemm_inputs(const GemmProblem& problem, std::uint64_t seed,
                             InputDistribution distribution = InputDistribution::random);
 
+// How one launch of a runner fills the SMs (GemmRunner::launch_fill), for the report's "why":
+// the CTAs it launches, how many of them the device holds at once (clusters and shared memory
+// counted), and the tiles of equal work they run: as many as the CTAs, or more where persistent
+// CTAs loop over tiles. `halved_wave_cost`: where a persistent launch runs its partial last wave
+// as half tiles, that wave's time in whole tiles (0: no such wave).
+struct LaunchFill {
+  std::int64_t ctas = 0;
+  std::int64_t ctas_at_once = 0;
+  std::int64_t tiles = 0;
+  double halved_wave_cost = 0.0;
+};
+
 // One backend prepared for one problem: its operands resident (on the device for GPU backends),
 // `input_sets` rotated copies so that timed launches read cold weights.
 class GemmRunner {
@@ -89,6 +102,8 @@ class GemmRunner {
   // 90). Returns whether the runner now launches so; runners whose launches do not change
   // (cuBLAS, host, the prefill tiles that always launch so) return false and ignore it.
   virtual bool request_programmatic_launch() { return false; }
+  // How the main launch fills the SMs; none where the runner does not say (cuBLAS chooses inside).
+  virtual std::optional<LaunchFill> launch_fill() const { return std::nullopt; }
 };
 
 class GemmBackend {

@@ -167,6 +167,12 @@ int default_concurrent_ctas(const DeviceContext& device, int split);
 // empty function where the entry has none for some split up to kMaxSplitK.
 ConcurrentCtas datasheet_concurrent_ctas(const fp4gap::DeviceSpec& spec);
 
+// How a launch of `plan` fills the SMs when `ctas_at_once` of its CTAs (in its clusters) are
+// resident, for the report's "why" (GemmRunner::launch_fill): a persistent plan launches at most
+// that many CTAs over its tiles, and a halved last wave costs what the cost model charges a half
+// tile's K block against a whole tile's.
+LaunchFill launch_fill(const Plan& plan, int ctas_at_once);
+
 // One (configuration, split) the policy weighs for a shape: not_supported with the reason
 // (shared memory, a cluster that cannot run) or ok with the CTAs that run at once, the waves and
 // the predicted time of the per-tile cost model (microseconds, fitted on the H200).

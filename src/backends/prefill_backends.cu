@@ -163,6 +163,10 @@ class PrefillRunner final : public GemmRunner {
     return c;
   }
   bool on_device() const override { return true; }
+  // The GEMM's launch (W4A4's activation pass before it is not counted).
+  std::optional<LaunchFill> launch_fill() const override {
+    return prefill::launch_fill(plan_, prefill::concurrent_ctas(plan_.config, plan_.cluster_size()));
+  }
 
  private:
   // Behind the W4A4 activation pass every config launches programmatically: that pass lets the

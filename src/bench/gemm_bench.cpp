@@ -151,9 +151,9 @@ void time_on_device(GemmRunner& runner, const GemmProblem& p, const GemmBenchOpt
 }
 
 // Rates from the median, and the roofline of what the runner moves (GPU rows only: the ceilings
-// are the GPU's).
+// are the GPU's), with how its launch fills the SMs where the runner says.
 void fill_rates(const GemmProblem& p, OperandFormat a_moved, OperandFormat b_moved, bool device_row,
-                const GemmBenchOptions& o, GemmRow& row) {
+                const std::optional<LaunchFill>& fill, const GemmBenchOptions& o, GemmRow& row) {
   if (!row.median_us || *row.median_us <= 0) return;
   const double seconds = *row.median_us * 1e-6;
   GemmProblem moved = p;
@@ -184,7 +184,14 @@ void fill_rates(const GemmProblem& p, OperandFormat a_moved, OperandFormat b_mov
   row.pct_memory_roof = own.memory_roof_s / seconds * 100.0;
   const RooflinePoint problem_roof = roofline(p, p.a_format, p.b_format, *o.ceilings);
   if (problem_roof.bound != Bound::unknown) row.pct_of_problem_roof = problem_roof.roof_s / seconds * 100.0;
-  if (o.device.sm_count > 0) {
+  if (o.device.sm_count > 0 && fill) {
+    // The runner's own launch says how the SMs fill; the 128 x 128 tile count is only a guess.
+    try {
+      row.bound_reason += "; " + summarize_launch_fill(*fill, o.device.sm_count).text;
+    } catch (const InvalidArgument& e) {
+      add_warning(row, std::string("launch fill not shown: ") + e.what());
+    }
+  } else if (o.device.sm_count > 0) {
     const TileCoverage tiles = tile_coverage(p, o.device.sm_count);
     if (tiles.starved) row.bound_reason += "; " + tiles.text;
   }
@@ -284,7 +291,7 @@ void run_backend(GemmBackend& backend, const GemmInputs& inputs, const GemmBench
     say("time on the host");
     time_on_host(*runner, o.host_timing_runs, row);
   }
-  fill_rates(p, a_moved, b_moved, device_row, o, row);
+  fill_rates(p, a_moved, b_moved, device_row, runner->launch_fill(), o, row);
 }
 
 void rows_for_case(const GemmCase& c, const std::vector<GemmBackend*>& backends, const GemmBenchOptions& o,

@@ -1,6 +1,7 @@
 #include "fp4gap/roofline.hpp"
 
 #include <algorithm>
+#include <sstream>
 
 #include "fp4gap/report.hpp"
 
@@ -98,6 +99,38 @@ TileCoverage tile_coverage(const GemmProblem& p, int sm_count, int tile_m, int t
            std::to_string(tile_n) + " for " + std::to_string(sm_count) + " SMs";
   if (!t.starved) t.text += " (" + format_fixed(t.waves, 2) + " waves)";
   return t;
+}
+
+LaunchFillSummary summarize_launch_fill(const LaunchFill& f, int sm_count) {
+  const bool persistent = f.tiles > f.ctas;
+  const std::int64_t resident = std::min(f.ctas, f.ctas_at_once);
+  const bool halved = f.halved_wave_cost > 0.0;
+  if (sm_count < 1 || f.ctas < 1 || f.ctas_at_once < 1 || f.tiles < f.ctas || !(f.halved_wave_cost >= 0.0) ||
+      f.halved_wave_cost > 1.0 || (halved && !(persistent && f.tiles % resident != 0))) {
+    std::ostringstream os;
+    os << "summarize_launch_fill needs sm_count >= 1, ctas >= 1, ctas_at_once >= 1, tiles >= ctas, and "
+          "halved_wave_cost in [0, 1], above 0 only for persistent CTAs whose tiles end in a partial wave: "
+       << "sm_count = " << sm_count << ", ctas = " << f.ctas << ", ctas_at_once = " << f.ctas_at_once
+       << ", tiles = " << f.tiles << ", halved_wave_cost = " << f.halved_wave_cost;
+    throw InvalidArgument(os.str());
+  }
+  LaunchFillSummary s;
+  s.waves = halved ? static_cast<double>(f.tiles / resident) + f.halved_wave_cost
+                   : static_cast<double>(ceil_div(f.tiles, resident));
+  const double slots = static_cast<double>(std::max<std::int64_t>(f.ctas_at_once, sm_count));
+  s.idle_fraction = std::max(0.0, 1.0 - static_cast<double>(f.tiles) / (s.waves * slots));
+  std::ostringstream os;
+  os << "launch: " << f.ctas << (persistent ? " persistent CTAs over " + std::to_string(f.tiles) + " tiles" : " CTAs");
+  if (f.ctas_at_once < f.ctas) os << ", " << f.ctas_at_once << " at once,";
+  os << " for " << sm_count << " SMs, ";
+  if (halved) {
+    os << format_fixed(s.waves, 2) << " waves (the last of half tiles)";
+  } else {
+    os << static_cast<std::int64_t>(s.waves) << (s.waves == 1.0 ? " wave" : " waves");
+  }
+  os << ", " << format_fixed(s.idle_fraction * 100.0, 0) << "% of SM time idle";
+  s.text = os.str();
+  return s;
 }
 
 }  // namespace fp4gap

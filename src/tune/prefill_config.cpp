@@ -297,6 +297,22 @@ double plan_cost(const Plan& p, int concurrent_ctas) {
 
 }  // namespace
 
+LaunchFill launch_fill(const Plan& plan, int ctas_at_once) {
+  if (ctas_at_once < 1) {
+    throw InvalidArgument("launch_fill needs ctas_at_once >= 1: " + std::to_string(ctas_at_once) + " for " +
+                          plan.describe());
+  }
+  LaunchFill f;
+  f.tiles = plan.ctas();
+  f.ctas = plan.config.persistent ? std::min<std::int64_t>(f.tiles, ctas_at_once) : f.tiles;
+  f.ctas_at_once = ctas_at_once;
+  if (plan.config.persistent && persistent_schedule(f.tiles, f.ctas).halved_tiles > 0) {
+    const TileCost& c = tile_cost(plan.config);
+    f.halved_wave_cost = c.half_per_k_block_us / c.per_k_block_us;
+  }
+  return f;
+}
+
 int default_concurrent_ctas(const DeviceContext& device, int split) {
   const int sms = device.sm_count > 0 ? device.sm_count : 1;
   return sms / split * split;

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "fp4gap/gemm_bench.hpp"
 #include "fp4gap/reference.hpp"
@@ -21,6 +22,7 @@ struct Behaviour {
   bool throws_in_prepare = false;
   bool multiplies_bf16_views = false; // like cuBLAS BF16 on an NVFP4 problem
   bool supported = true;
+  std::optional<LaunchFill> fill = std::nullopt;  // what launch_fill() reports
 };
 
 class FakeRunner : public GemmRunner {
@@ -47,6 +49,7 @@ class FakeRunner : public GemmRunner {
   double alpha() const override { return inputs_.alpha; }
   std::string config() const override { return programmatic_ ? "fake, programmatic launch" : "fake"; }
   bool on_device() const override { return b_.on_device; }
+  std::optional<LaunchFill> launch_fill() const override { return b_.fill; }
   bool request_programmatic_launch() override {
     programmatic_ = true;
     return true;
@@ -275,6 +278,24 @@ TEST(GemmBench, DeviceRowsAreTimedOnColdSetsWithRooflineAndSpeedup) {
 
   // The BF16 views hold the same values as the NVFP4 operands: one reference for both.
   EXPECT_EQ(f.device_reference_calls, 1);
+}
+
+// A runner that says how its launch fills the SMs gets that in its "why" instead of the 128 x 128
+// tile count; one whose report makes no sense gets a warning, and the row stands.
+TEST(GemmBench, RunnersLaunchFillReplacesTheTileCount) {
+  DeviceFixture f;
+  FakeBackend own("own", {.on_device = true, .fill = LaunchFill{.ctas = 96, .ctas_at_once = 132, .tiles = 96}});
+  FakeBackend nonsense("nonsense", {.on_device = true, .fill = LaunchFill{.ctas = 96, .ctas_at_once = 0, .tiles = 96}});
+  const std::vector<GemmRow> rows = run_gemm_bench({{"", small_w4a4(), Status::ok()}}, {&own, &nonsense}, f.o);
+  const GemmRow& r = row_of(rows, "own");
+  ASSERT_EQ(r.status, RowStatus::passed) << r.reason;
+  EXPECT_NE(r.bound_reason.find("; launch: 96 CTAs for 132 SMs, 1 wave, 27% of SM time idle"), std::string::npos)
+      << r.bound_reason;
+  EXPECT_EQ(r.bound_reason.find("output tiles of"), std::string::npos) << r.bound_reason;
+  const GemmRow& n = row_of(rows, "nonsense");
+  ASSERT_EQ(n.status, RowStatus::passed) << n.reason;
+  EXPECT_EQ(n.bound_reason.find("launch:"), std::string::npos) << n.bound_reason;
+  EXPECT_NE(n.warnings.find("launch fill not shown: summarize_launch_fill needs"), std::string::npos) << n.warnings;
 }
 
 TEST(GemmBench, LastInputSetIsVerifiedToo) {

@@ -10,6 +10,7 @@
 
 #include "fp4gap/device_specs.hpp"
 #include "fp4gap/prefill.hpp"
+#include "fp4gap/roofline.hpp"
 #include "test_support.hpp"
 
 namespace fp4gap::prefill {
@@ -267,6 +268,39 @@ TEST(PrefillPolicy, APersistentPlanPaysLessForAHalvedLastWave) {
   EXPECT_NEAR(wave_and_halves - two_waves / 2, half_wave, 1e-9);
   EXPECT_GT(half_wave, 0.0);
   EXPECT_LT(half_wave, 0.8 * two_waves / 2) << "a wave of half tiles should cost well under a whole one";
+}
+
+// What the report says of a plan's launch: W2 at M = 512 on the 6-stage m256 (96 CTAs), a split
+// plan's CTAs counted once each, and the persistent m256 at M = 1024 (132 CTAs over 192 tiles, the
+// last 60 as halves, charged the cost model's half-tile K block against a whole one's).
+TEST(PrefillPlan, LaunchFillCountsTheCtasItLaunches) {
+  auto config = [](int block_m, bool persistent) {
+    for (const TileConfig& c : tile_configs()) {
+      if (c.block_m == block_m && c.persistent == persistent && c.copy_group == 1) return c;
+    }
+    throw InvalidArgument("no such config");
+  };
+  const LaunchFill plain = launch_fill(make_plan(512, 6144, 2048, config(256, false), 1), 132);
+  EXPECT_EQ(plain.ctas, 96);
+  EXPECT_EQ(plain.tiles, 96);
+  EXPECT_EQ(plain.ctas_at_once, 132);
+  EXPECT_EQ(plain.halved_wave_cost, 0.0);
+  const LaunchFill split = launch_fill(make_plan(256, 2048, 6144, config(128, false), 4), 120);
+  EXPECT_EQ(split.ctas, 128);
+  EXPECT_EQ(split.tiles, 128);
+  EXPECT_EQ(split.ctas_at_once, 120);
+  const Plan persistent = make_plan(1024, 6144, 2048, config(256, true), 1);
+  const LaunchFill halved = launch_fill(persistent, 132);
+  EXPECT_EQ(halved.ctas, 132);
+  EXPECT_EQ(halved.tiles, 192);
+  EXPECT_GT(halved.halved_wave_cost, 0.5);
+  EXPECT_LT(halved.halved_wave_cost, 1.0);
+  const LaunchFillSummary s = summarize_launch_fill(halved, 132);
+  EXPECT_NE(s.text.find("132 persistent CTAs over 192 tiles"), std::string::npos) << s.text;
+  EXPECT_EQ(launch_fill(make_plan(1280, 6144, 2048, config(256, true), 1), 132).halved_wave_cost, 0.0)
+      << "240 tiles end in a partial wave of 108, more than half the CTAs: whole tiles";
+  EXPECT_EQ(launch_fill(make_plan(64, 6144, 2048, config(256, true), 1), 132).ctas, 48) << "fewer tiles than SMs";
+  EXPECT_THROW(launch_fill(persistent, 0), InvalidArgument);
 }
 
 TEST(PrefillPolicy, APersistentConfigIsNotOfferedForOneWave) {

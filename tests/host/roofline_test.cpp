@@ -113,5 +113,58 @@ TEST(TileCoverage, PartialTilesRoundUpAndLargeShapesReportWaves) {
   EXPECT_THROW(tile_coverage(p, 0), InvalidArgument);
 }
 
+// The glm5 W2 shape at M = 512 on the 6-stage m256 tiles: 96 CTAs, one partial wave (run 115).
+TEST(LaunchFill, OnePartialWaveLeavesTheOtherSmsIdle) {
+  const LaunchFillSummary s = summarize_launch_fill({.ctas = 96, .ctas_at_once = 132, .tiles = 96}, 132);
+  EXPECT_DOUBLE_EQ(s.waves, 1.0);
+  EXPECT_DOUBLE_EQ(s.idle_fraction, 36.0 / 132.0);
+  EXPECT_EQ(s.text, "launch: 96 CTAs for 132 SMs, 1 wave, 27% of SM time idle");
+  const LaunchFillSummary full = summarize_launch_fill({.ctas = 264, .ctas_at_once = 132, .tiles = 264}, 132);
+  EXPECT_DOUBLE_EQ(full.waves, 2.0);
+  EXPECT_DOUBLE_EQ(full.idle_fraction, 0.0);
+  EXPECT_EQ(full.text, "launch: 264 CTAs, 132 at once, for 132 SMs, 2 waves, 0% of SM time idle");
+}
+
+// Clusters of 4 that fit 120 CTAs at once: 128 CTAs take a second wave of 8, and the 12 SMs no
+// cluster fits idle through both.
+TEST(LaunchFill, ClustersThatLeaveSmsEmptyCountThemIdle) {
+  const LaunchFillSummary s = summarize_launch_fill({.ctas = 128, .ctas_at_once = 120, .tiles = 128}, 132);
+  EXPECT_DOUBLE_EQ(s.waves, 2.0);
+  EXPECT_DOUBLE_EQ(s.idle_fraction, 1.0 - 128.0 / 264.0);
+  EXPECT_EQ(s.text, "launch: 128 CTAs, 120 at once, for 132 SMs, 2 waves, 52% of SM time idle");
+  // Several CTAs per SM: the CTAs resident at once are the slots.
+  const LaunchFillSummary two_per_sm = summarize_launch_fill({.ctas = 264, .ctas_at_once = 264, .tiles = 264}, 132);
+  EXPECT_DOUBLE_EQ(two_per_sm.idle_fraction, 0.0);
+  EXPECT_EQ(two_per_sm.text, "launch: 264 CTAs for 132 SMs, 1 wave, 0% of SM time idle");
+}
+
+// Persistent CTAs over W2 at M = 1024 (192 m256 tiles): a full wave, then 60 tiles, run whole or
+// as 120 half tiles costing ~0.65 of a tile (KERNELS-prefill, "Halved last wave").
+TEST(LaunchFill, PersistentCtasCountTilesAndAHalvedLastWave) {
+  const LaunchFillSummary whole = summarize_launch_fill({.ctas = 132, .ctas_at_once = 132, .tiles = 192}, 132);
+  EXPECT_DOUBLE_EQ(whole.waves, 2.0);
+  EXPECT_DOUBLE_EQ(whole.idle_fraction, 1.0 - 192.0 / 264.0);
+  EXPECT_EQ(whole.text, "launch: 132 persistent CTAs over 192 tiles for 132 SMs, 2 waves, 27% of SM time idle");
+  const LaunchFillSummary halved =
+      summarize_launch_fill({.ctas = 132, .ctas_at_once = 132, .tiles = 192, .halved_wave_cost = 0.65}, 132);
+  EXPECT_DOUBLE_EQ(halved.waves, 1.65);
+  EXPECT_DOUBLE_EQ(halved.idle_fraction, 1.0 - 192.0 / (1.65 * 132.0));
+  EXPECT_EQ(halved.text,
+            "launch: 132 persistent CTAs over 192 tiles for 132 SMs, 1.65 waves (the last of half tiles), 12% of SM "
+            "time idle");
+}
+
+TEST(LaunchFill, RefusesWhatNoLaunchLooksLike) {
+  for (const LaunchFill bad : {LaunchFill{.ctas = 0, .ctas_at_once = 132, .tiles = 0},
+                               LaunchFill{.ctas = 96, .ctas_at_once = 0, .tiles = 96},
+                               LaunchFill{.ctas = 96, .ctas_at_once = 132, .tiles = 95},
+                               LaunchFill{.ctas = 96, .ctas_at_once = 132, .tiles = 96, .halved_wave_cost = 0.65},
+                               LaunchFill{.ctas = 132, .ctas_at_once = 132, .tiles = 264, .halved_wave_cost = 0.65},
+                               LaunchFill{.ctas = 132, .ctas_at_once = 132, .tiles = 192, .halved_wave_cost = 1.5}}) {
+    EXPECT_THROW(summarize_launch_fill(bad, 132), InvalidArgument) << bad.ctas << " " << bad.tiles;
+  }
+  EXPECT_THROW(summarize_launch_fill({.ctas = 96, .ctas_at_once = 132, .tiles = 96}, 0), InvalidArgument);
+}
+
 }  // namespace
 }  // namespace fp4gap

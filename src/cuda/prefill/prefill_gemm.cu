@@ -1026,7 +1026,7 @@ void prepare_launch(const Plan& plan) { ensure_smem_attribute(plan.config); }
 
 std::int64_t launch_ctas(const Plan& plan) {
   if (!plan.config.persistent) return plan.ctas();
-  return std::min<std::int64_t>(plan.ctas(), concurrent_ctas(plan.config, 1));
+  return launch_fill(plan, concurrent_ctas(plan.config, 1)).ctas;
 }
 
 namespace {

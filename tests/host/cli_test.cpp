@@ -469,6 +469,22 @@ TEST(Cli, PlanForTheH200DatasheetUsesItsMeasuredClusterOccupancy) {
   EXPECT_TRUE(has(first_row, plan_row("sm90a bf16 x nvfp4 m128n128k64 9 stages, 3 K blocks per copy", 2))) << first_row;
 }
 
+// The idle column: W2 at M = 512 on the 6-stage m256 is 96 CTAs in one wave on 132 SMs (36 idle:
+// 27%); the m128 split 2 plans are 384 CTAs in three waves of 132 (3%).
+TEST(Cli, PlanSaysWhatShareOfSmTimeEachPlanLeavesIdle) {
+  const CliResult r = run_cli("plan --m 512 --n 6144 --k 2048 --device 'H200 SXM'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "  waves   idle  predicted us")) << r.out;
+  const std::string pick = plan_row("sm90a bf16 x nvfp4 m256n128k64 6 stages", 1);
+  const std::size_t at = r.out.find(pick);
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string row = r.out.substr(at, r.out.find('\n', at) - at);
+  EXPECT_TRUE(has(row, "     96      132      1    27%")) << row;
+  const std::size_t split = r.out.find("m128n128k64 9 stages                            2    384");
+  ASSERT_NE(split, std::string::npos) << r.out;
+  EXPECT_TRUE(has(r.out.substr(split, r.out.find('\n', split) - split), "    384      132      3     3%")) << r.out;
+}
+
 TEST(Cli, PlanSaysWhenAPersistentPlanHalvesItsLastWave) {
   // N = 6144, K = 2048, M = 1024: 192 tiles of 256 x 128 on 132 CTAs, the last 60 as 120 halves;
   // M = 1280: 240 tiles, 108 left after a wave: too many to halve.

@@ -319,6 +319,7 @@ std::vector<std::string> shape_verdicts(const std::vector<GemmRow>& rows) {
     const GemmRow* cublas = nullptr;
     std::vector<std::string> broken, failed;
     std::string invalid;
+    const GemmRow* ours = nullptr;  // the fastest of this project's backends (named fp4gap-*)
     for (const GemmRow* r : by_shape[key]) {
       if (r->status == RowStatus::invalid_problem) invalid = r->reason;
       if (r->status == RowStatus::incorrect) broken.push_back(r->backend);
@@ -327,6 +328,7 @@ std::vector<std::string> shape_verdicts(const std::vector<GemmRow>& rows) {
       if (r->backend == "cublas-bf16") cublas = r;
       if (!best || *r->median_us < *best->median_us) best = r;
       if (!r->rounds_operands && (!best_exact || *r->median_us < *best_exact->median_us)) best_exact = r;
+      if (r->backend.starts_with("fp4gap-") && (!ours || *r->median_us < *ours->median_us)) ours = r;
     }
     std::ostringstream s;
     s << key << ": ";
@@ -352,6 +354,13 @@ std::vector<std::string> shape_verdicts(const std::vector<GemmRow>& rows) {
         s << "cublas-bf16 did not run, so there is no baseline.";
       } else if (cublas == best) {
         s << "cublas-bf16 is the fastest here: no other backend beats it.";
+        // Where this project's kernels lose, what holds the fastest of them (its launch's fill
+        // for the prefill kernels).
+        if (ours && !ours->bound.empty()) {
+          s << " The fastest fp4gap backend, " << ours->backend << " at " << us_text(*ours->median_us) << " ("
+            << format_fixed(*cublas->median_us / *ours->median_us, 2) << "x cublas-bf16), is " << ours->bound
+            << "-bound: " << ours->bound_reason << ".";
+        }
       } else {
         s << format_fixed(*cublas->median_us / *best->median_us, 2) << "x faster than cublas-bf16 ("
           << us_text(*cublas->median_us) << ").";

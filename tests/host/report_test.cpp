@@ -282,6 +282,33 @@ TEST(Report, VerdictPerShapeNamesTheBestTheGapAndTheBroken) {
   EXPECT_NE(after[0].find("2.00x faster than cublas-bf16 (10.0 us)."), std::string::npos) << after[0];
 }
 
+// Where cuBLAS wins, the verdict says what holds the fastest fp4gap backend, e.g. W2 at M = 512
+// on the H100 (PERF-LOG run 120: 24.33 against 20.08 us, 96 CTAs on 132 SMs).
+TEST(Report, VerdictSaysWhatHoldsOurFastestBackendWhereCublasWins) {
+  GemmRow cublas = passed_row();
+  cublas.median_us = 20.08;
+  GemmRow ours = passed_row();
+  ours.backend = "fp4gap-w4a16";
+  ours.median_us = 24.33;
+  ours.bound = "compute";
+  ours.bound_reason = "12.9 GFLOP: 13.0 us at BF16 990 TFLOP/s (memory 4.6 us); launch: 96 CTAs for 132 SMs, 1 wave, "
+                      "27% of SM time idle";
+  GemmRow slower = ours;
+  slower.backend = "fp4gap-prefill-w4a16";
+  slower.median_us = 25.0;
+  slower.bound_reason = "other";
+  const std::vector<std::string> v = shape_verdicts({cublas, slower, ours});
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_NE(v[0].find("cublas-bf16 is the fastest here: no other backend beats it. The fastest fp4gap backend, "
+                      "fp4gap-w4a16 at 24.3 us (0.83x cublas-bf16), is compute-bound: 12.9 GFLOP: 13.0 us at BF16 990 "
+                      "TFLOP/s (memory 4.6 us); launch: 96 CTAs for 132 SMs, 1 wave, 27% of SM time idle."),
+            std::string::npos)
+      << v[0];
+  // Where ours is the fastest, the verdict is about it already: no second sentence.
+  ours.median_us = 18.0;
+  EXPECT_EQ(shape_verdicts({cublas, slower, ours})[0].find("The fastest fp4gap backend"), std::string::npos);
+}
+
 TEST(Report, VerdictGivesTheSustainedFiguresBesideTheBurst) {
   GemmRow cublas = passed_row();
   cublas.median_us = 130.0;

@@ -139,7 +139,8 @@ TEST(LaunchFill, ClustersThatLeaveSmsEmptyCountThemIdle) {
 }
 
 // Persistent CTAs over W2 at M = 1024 (192 m256 tiles): a full wave, then 60 tiles, run whole or
-// as 120 half tiles costing ~0.65 of a tile (KERNELS-prefill, "Halved last wave").
+// as 120 half tiles, here at 0.65 of a tile (the runner passes its cost model's share, ~0.75:
+// KERNELS-prefill, "Halved last wave").
 TEST(LaunchFill, PersistentCtasCountTilesAndAHalvedLastWave) {
   const LaunchFillSummary whole = summarize_launch_fill({.ctas = 132, .ctas_at_once = 132, .tiles = 192}, 132);
   EXPECT_DOUBLE_EQ(whole.waves, 2.0);

@@ -184,16 +184,17 @@ void fill_rates(const GemmProblem& p, OperandFormat a_moved, OperandFormat b_mov
   row.pct_memory_roof = own.memory_roof_s / seconds * 100.0;
   const RooflinePoint problem_roof = roofline(p, p.a_format, p.b_format, *o.ceilings);
   if (problem_roof.bound != Bound::unknown) row.pct_of_problem_roof = problem_roof.roof_s / seconds * 100.0;
-  if (o.device.sm_count > 0 && fill) {
-    // The runner's own launch says how the SMs fill; the 128 x 128 tile count is only a guess.
-    try {
-      row.bound_reason += "; " + summarize_launch_fill(*fill, o.device.sm_count).text;
-    } catch (const InvalidArgument& e) {
-      add_warning(row, std::string("launch fill not shown: ") + e.what());
+  if (o.device.sm_count > 0) {
+    if (fill) {
+      // The runner's own launch says how the SMs fill; the 128 x 128 tile count is only a guess.
+      try {
+        row.bound_reason += "; " + summarize_launch_fill(*fill, o.device.sm_count).text;
+      } catch (const InvalidArgument& e) {
+        add_warning(row, std::string("launch fill not shown: ") + e.what());
+      }
+    } else if (const TileCoverage tiles = tile_coverage(p, o.device.sm_count); tiles.starved) {
+      row.bound_reason += "; " + tiles.text;
     }
-  } else if (o.device.sm_count > 0) {
-    const TileCoverage tiles = tile_coverage(p, o.device.sm_count);
-    if (tiles.starved) row.bound_reason += "; " + tiles.text;
   }
   // DESIGN: a point above its roof is a counting error (or a ceiling set too low).
   if (*row.pct_of_roof > 100.0) {

@@ -2,6 +2,7 @@
 // Entry points of the CUDA library (fp4gap_cuda) that host-side code (the CLI) calls.
 // Everything here works on a machine without a GPU: it reports the absence, never crashes.
 #include <cstddef>
+#include <memory>
 #include <string>
 
 #include "fp4gap/backend.hpp"
@@ -35,5 +36,10 @@ Timing time_read(double bytes, const DeviceContext& device, const TimingOptions&
 // device, when the prefill kernels can run on it; an empty function otherwise (the policy then
 // assumes floor(SMs / split) * split), with the reason in `why_not`.
 prefill::ConcurrentCtas prefill_occupancy(std::string* why_not = nullptr);
+
+// fp4gap-prefill-w4a16 (w4a4 false) or fp4gap-prefill-w4a4 running `plan` (made for the problem it
+// is prepared for), whatever the policy or the tune cache would pick: what `fp4gap tune` verifies
+// and times, one plan at a time. Its rows' config names the plan.
+std::unique_ptr<GemmBackend> make_prefill_plan_backend(bool w4a4, const prefill::Plan& plan);
 
 }  // namespace fp4gap

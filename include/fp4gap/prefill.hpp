@@ -11,6 +11,7 @@
 // activation rows (wgmma N) by kBlockK.
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -197,6 +198,27 @@ std::vector<PlanCandidate> plan_candidates(std::int64_t m, std::int64_t n, std::
 // The ok candidate with the smallest predicted time (ties keep the earlier one); nullptr when
 // none is ok.
 const PlanCandidate* best_candidate(const std::vector<PlanCandidate>& candidates);
+
+// The ok candidate of `candidates` that a measured plan names (tune_cache.hpp: its configuration's
+// name, split and reduction): ok with it, or not_supported naming why it cannot run here (a
+// configuration this build does not have, a split the candidates do not list, the candidate's
+// own reason such as shared memory or a cluster that cannot run).
+struct NamedCandidate {
+  Status status;
+  const PlanCandidate* candidate = nullptr;
+};
+NamedCandidate find_candidate(const std::vector<PlanCandidate>& candidates, const std::string& config_name,
+                              int split_k, bool workspace_reduction);
+
+// The plan the active tune cache (tune::active_cache) measured fastest for `problem` on `device`,
+// when it holds an entry for both and that plan can run (find_candidate); `note` says what was
+// used or why the entry was not (empty: no entry, the policy decides).
+struct TunedChoice {
+  std::optional<Plan> plan;
+  std::string note;
+};
+TunedChoice tuned_plan(const std::string& backend, std::int64_t m, std::int64_t n, std::int64_t k, OutputType out,
+                       const DeviceContext& device, const std::vector<PlanCandidate>& candidates);
 
 // best_candidate of plan_candidates, as a plan. Throws
 // InvalidArgument when no configuration fits (the message names the shared memory available).

@@ -8,8 +8,11 @@
 #include <climits>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "backends/registration.hpp"
@@ -28,15 +31,32 @@ namespace {
 using cuda::DeviceBuffer;
 using cuda::upload_sets;
 
+constexpr std::string_view backend_name(bool w4a4) { return w4a4 ? "fp4gap-prefill-w4a4" : "fp4gap-prefill-w4a16"; }
+
 class PrefillRunner final : public GemmRunner {
  public:
-  PrefillRunner(const GemmInputs& in, int sets, bool w4a4, const DeviceContext& device)
+  // `forced`: run this plan whatever the tune cache or the policy says (fp4gap tune measures each).
+  PrefillRunner(const GemmInputs& in, int sets, bool w4a4, const DeviceContext& device,
+                const std::optional<prefill::Plan>& forced)
       : p_(in.problem), sets_(sets), w4a4_(w4a4), alpha_(static_cast<float>(in.alpha)) {
     if (sets < 1) throw InvalidArgument("input_sets >= 1 required: input_sets = " + std::to_string(sets));
     const Status available = prefill::kernels_available();
     if (!available.is_ok()) throw RuntimeError("fp4gap-prefill: " + available.reason);
     weight_ = in.b_fp4;
-    plan_ = choose(device);
+    const std::vector<prefill::PlanCandidate> candidates =
+        prefill::plan_candidates(p_.m, p_.n, p_.k, device, prefill::concurrent_ctas);
+    // A measured plan (forced or from the tune cache) is run as it was measured, W4A4's too.
+    bool measured = forced.has_value();
+    if (forced) {
+      plan_ = *forced;
+      plan_source_ = "plan forced by fp4gap tune";
+    } else {
+      prefill::TunedChoice tuned = prefill::tuned_plan(std::string(backend_name(w4a4_)), p_.m, p_.n, p_.k,
+                                                       p_.out_type, device, candidates);
+      plan_source_ = std::move(tuned.note);
+      measured = tuned.plan.has_value();
+      plan_ = measured ? *tuned.plan : choose(candidates, device);
+    }
 
     const prefill::PackedWeights packed = prefill::pack_weights(weight_);
     packed_bytes_ = packed.bytes.size();
@@ -57,9 +77,7 @@ class PrefillRunner final : public GemmRunner {
       a_scales_ = upload_sets(scales.data(), a_scale_bytes_, sets);
       dequant_in_kernel_ = prefill::w4a4_dequantizes_in_kernel(plan_, p_.k);
       if (!dequant_in_kernel_) {
-        // The candidates again only here: where the kernel dequantizes, the pick stands.
-        plan_ = prefill::w4a4_plan(plan_, false,
-                                   prefill::plan_candidates(p_.m, p_.n, p_.k, device, prefill::concurrent_ctas));
+        if (!measured) plan_ = prefill::w4a4_plan(plan_, false, candidates);
         workspace_ = DeviceBuffer<std::uint16_t>(static_cast<std::size_t>(p_.m * p_.k));
         maps_.push_back(prefill::make_activation_maps(workspace_.get(), p_.m, p_.k, plan_.config));
       }
@@ -160,6 +178,7 @@ class PrefillRunner final : public GemmRunner {
     } else if (w4a4_) {
       c += "; activations dequantized to a bf16 workspace by a separate kernel each run";
     }
+    if (!plan_source_.empty()) c += "; " + plan_source_;
     return c;
   }
   bool on_device() const override { return true; }
@@ -178,8 +197,9 @@ class PrefillRunner final : public GemmRunner {
     return (w4a4_ && !dequant_in_kernel_) || prefill::launches_programmatically(plan_.config);
   }
 
-  prefill::Plan choose(const DeviceContext& device) const {
-    return prefill::choose_plan(p_.m, p_.n, p_.k, device, prefill::concurrent_ctas);
+  prefill::Plan choose(const std::vector<prefill::PlanCandidate>& candidates, const DeviceContext& device) const {
+    const prefill::PlanCandidate* best = prefill::best_candidate(candidates);
+    return best != nullptr ? best->plan : prefill::choose_plan(p_.m, p_.n, p_.k, device, prefill::concurrent_ctas);
   }
 
   GemmProblem p_;
@@ -188,6 +208,7 @@ class PrefillRunner final : public GemmRunner {
   bool dequant_in_kernel_ = false;  // W4A4 on a plan whose kernel dequantizes the activations
   float alpha_;
   prefill::Plan plan_;
+  std::string plan_source_;  // a tuned or forced plan's note; empty for the policy's pick
   Nvfp4Matrix weight_;
   Nvfp4Matrix act_fp4_;
   std::vector<std::uint16_t> act_bf16_;
@@ -200,9 +221,10 @@ class PrefillRunner final : public GemmRunner {
 
 class PrefillBackend final : public GemmBackend {
  public:
-  explicit PrefillBackend(bool w4a4) : w4a4_(w4a4) {}
+  explicit PrefillBackend(bool w4a4, std::optional<prefill::Plan> forced = std::nullopt)
+      : w4a4_(w4a4), forced_(std::move(forced)) {}
 
-  std::string_view name() const override { return w4a4_ ? "fp4gap-prefill-w4a4" : "fp4gap-prefill-w4a16"; }
+  std::string_view name() const override { return backend_name(w4a4_); }
   std::string_view description() const override {
     return w4a4_ ? "Hopper wgmma NVFP4 x NVFP4 (exact): the W4A16 kernel, its narrow tiles dequantizing few "
                    "activations per CTA themselves, the others behind a separate bf16 pass"
@@ -248,14 +270,19 @@ class PrefillBackend final : public GemmBackend {
   std::unique_ptr<GemmRunner> prepare(const GemmInputs& inputs, int input_sets) override {
     int ordinal = 0;
     CUDA_CHECK(cudaGetDevice(&ordinal));
-    return std::make_unique<PrefillRunner>(inputs, input_sets, w4a4_, query_device(ordinal));
+    return std::make_unique<PrefillRunner>(inputs, input_sets, w4a4_, query_device(ordinal), forced_);
   }
 
  private:
   bool w4a4_;
+  std::optional<prefill::Plan> forced_;
 };
 
 }  // namespace
+
+std::unique_ptr<GemmBackend> make_prefill_plan_backend(bool w4a4, const prefill::Plan& plan) {
+  return std::make_unique<PrefillBackend>(w4a4, plan);
+}
 
 void register_prefill_backends() {
   register_gemm_backend(std::make_unique<PrefillBackend>(false));

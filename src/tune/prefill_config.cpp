@@ -9,6 +9,8 @@
 
 #include "fp4gap/device_specs.hpp"
 #include "fp4gap/prefill.hpp"
+#include "fp4gap/report.hpp"
+#include "fp4gap/tune_cache.hpp"
 
 namespace fp4gap::prefill {
 
@@ -414,6 +416,50 @@ Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, const DeviceCon
     throw InvalidArgument(os.str());
   }
   return best->plan;
+}
+
+NamedCandidate find_candidate(const std::vector<PlanCandidate>& candidates, const std::string& config_name,
+                              int split_k, bool workspace_reduction) {
+  const SplitReduction reduction = workspace_reduction ? SplitReduction::workspace : SplitReduction::cluster;
+  const PlanCandidate* same_config = nullptr;
+  for (const PlanCandidate& c : candidates) {
+    if (c.config.name() != config_name) continue;
+    if (c.split_k == split_k && (split_k == 1 || c.reduction == reduction)) {
+      return c.status.is_ok() ? NamedCandidate{Status::ok(), &c} : NamedCandidate{c.status, nullptr};
+    }
+    if (same_config == nullptr) same_config = &c;
+  }
+  // A configuration that does not fit the device is listed once, with its reason.
+  if (same_config != nullptr && !same_config->status.is_ok()) return {same_config->status, nullptr};
+  std::ostringstream os;
+  if (same_config == nullptr) {
+    os << "configuration '" << config_name << "' is not in this build (fp4gap plan lists the ones it has)";
+  } else {
+    os << config_name << " takes no split-k " << split_k << (workspace_reduction ? " with a workspace reduction" : "")
+       << " for this shape";
+  }
+  return {Status::not_supported(os.str()), nullptr};
+}
+
+TunedChoice tuned_plan(const std::string& backend, std::int64_t m, std::int64_t n, std::int64_t k, OutputType out,
+                       const DeviceContext& device, const std::vector<PlanCandidate>& candidates) {
+  const tune::Cache* cache = tune::active_cache();
+  if (cache == nullptr) return {};
+  const tune::Entry* entry = cache->find(tune::device_key(device), tune::ProblemKey{backend, m, n, k, out});
+  if (entry == nullptr) return {};
+  const std::optional<std::size_t> best = entry->best();
+  if (!best) return {std::nullopt, "tuned entry has no verified plan: the policy's pick"};
+  const tune::MeasuredPlan& measured = entry->measured[*best];
+  const NamedCandidate named =
+      find_candidate(candidates, measured.config, measured.split_k, measured.workspace_reduction);
+  if (!named.status.is_ok()) return {std::nullopt, "tuned plan not used (" + named.status.reason + "): the policy's pick"};
+  std::ostringstream os;
+  os << "tuned on this device: " << format_fixed(*measured.graph_us, 2) << " us";
+  const std::optional<std::size_t> policy = entry->policy();
+  if (policy && entry->measured[*policy].graph_us) {
+    os << " against the policy's pick's " << format_fixed(*entry->measured[*policy].graph_us, 2);
+  }
+  return {named.candidate->plan, os.str()};
 }
 
 }  // namespace fp4gap::prefill

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "fp4gap/prefill.hpp"
 #include "fp4gap/reference.hpp"
 #include "fp4gap/timing.hpp"
+#include "fp4gap/tune_cache.hpp"
 #include "fp4gap/verify.hpp"
 #include "device_test_support.hpp"
 
@@ -785,6 +787,65 @@ TEST(PrefillBackends, SupportsNamesItsRules) {
   } else {
     EXPECT_EQ(here.code, StatusCode::not_supported);
     EXPECT_NE(here.reason.find("sm_90a"), std::string::npos) << here.reason;
+  }
+}
+
+// A tune cache entry (fp4gap tune) for the device at hand names a plan the policy would not pick:
+// both prefill backends and the dispatching one run that plan, exactly, and say so; without the
+// cache they run the policy's pick again.
+TEST(PrefillBackends, RunTheTunedPlanOfTheActiveCache) {
+  REQUIRE_HOPPER();
+  const std::int64_t m = 96, n = 256, k = 512;
+  const std::string path = (std::filesystem::temp_directory_path() / "fp4gap-tuned-plan-test.json").string();
+  std::uint64_t seed = 7900;
+  for (const bool w4a4 : {false, true}) {
+    const char* name = w4a4 ? "fp4gap-prefill-w4a4" : "fp4gap-prefill-w4a16";
+    const GemmProblem p = make_problem(m, n, k, w4a4, OutputType::bf16);
+    const std::vector<prefill::PlanCandidate> candidates =
+        prefill::plan_candidates(m, n, k, gpu(), prefill::concurrent_ctas);
+    const prefill::PlanCandidate* policy = prefill::best_candidate(candidates);
+    ASSERT_NE(policy, nullptr);
+    // The slowest-predicted runnable plan: surely not the policy's.
+    const prefill::PlanCandidate* other = nullptr;
+    for (const prefill::PlanCandidate& c : candidates) {
+      if (c.status.is_ok() && (other == nullptr || c.predicted_us > other->predicted_us)) other = &c;
+    }
+    ASSERT_NE(other->plan.describe(), policy->plan.describe());
+    tune::Entry e;
+    e.device = tune::device_key(gpu());
+    e.problem = tune::ProblemKey{name, m, n, k, OutputType::bf16};
+    e.policy_config = policy->config.name();
+    e.policy_split_k = policy->split_k;
+    auto measured = [](const prefill::PlanCandidate& c, double us) {
+      tune::MeasuredPlan mp;
+      mp.config = c.config.name();
+      mp.split_k = c.split_k;
+      mp.workspace_reduction = c.split_k > 1 && c.reduction == prefill::SplitReduction::workspace;
+      mp.passed = true;
+      mp.graph_us = us;
+      return mp;
+    };
+    e.measured = {measured(*policy, 2.0), measured(*other, 1.0)};
+    tune::Cache cache;
+    cache.put(e);
+    cache.save(path);
+    tune::use_cache_file(path);
+
+    const GemmInputs inputs = make_gemm_inputs(p, ++seed, InputDistribution::exact_grid);
+    const std::string tuned_config = backend(name).prepare(inputs, 1)->config();
+    EXPECT_NE(tuned_config.find(other->plan.describe()), std::string::npos) << tuned_config;
+    EXPECT_NE(tuned_config.find("tuned on this device: 1.00 us against the policy's pick's 2.00"), std::string::npos)
+        << tuned_config;
+    check_backend(name, p, ++seed, InputDistribution::exact_grid);
+    const char* dispatching = w4a4 ? "fp4gap-w4a4" : "fp4gap-w4a16";
+    const std::string dispatched = backend(dispatching).prepare(inputs, 1)->config();
+    EXPECT_NE(dispatched.find(other->plan.describe()), std::string::npos) << dispatching << ": " << dispatched;
+    check_backend(dispatching, p, ++seed, InputDistribution::random);
+
+    tune::clear_active_cache();
+    const std::string untuned = backend(name).prepare(inputs, 1)->config();
+    EXPECT_EQ(untuned.find("tuned"), std::string::npos) << untuned;
+    EXPECT_EQ(untuned.find(other->plan.describe()), std::string::npos) << untuned;
   }
 }
 

@@ -42,7 +42,8 @@ std::string read_all(const fs::path& p) {
   return s.str();
 }
 
-CliResult run_cli(const std::string& args) {
+// `env`: variable assignments placed before the command, e.g. "FP4GAP_TUNE_CACHE='x.json'".
+CliResult run_cli(const std::string& args, const std::string& env = "") {
   static int counter = 0;
   // ctest -j runs each test in its own process: the pid keeps their capture files apart.
   const fs::path dir = fs::path(FP4GAP_TEST_TMPDIR) / "cli" / ("runs-" + std::to_string(::getpid()));
@@ -50,7 +51,7 @@ CliResult run_cli(const std::string& args) {
   const fs::path out = dir / ("out" + std::to_string(counter) + ".txt");
   const fs::path err = dir / ("err" + std::to_string(counter) + ".txt");
   ++counter;
-  const std::string cmd = std::string("'") + FP4GAP_CLI_PATH + "' " + args + " >'" + out.string() + "' 2>'" +
+  const std::string cmd = env + (env.empty() ? "'" : " '") + FP4GAP_CLI_PATH + "' " + args + " >'" + out.string() + "' 2>'" +
                           err.string() + "' </dev/null";
   const int status = std::system(cmd.c_str());
   CliResult r;
@@ -365,6 +366,53 @@ TEST(Cli, GemmSustainIsCheckedAndKeptInTheRepro) {
   ASSERT_EQ(host.code, 0) << host.err;
   EXPECT_TRUE(has(host.out, "--ceilings datasheet --sustain 500\n")) << host.out;
   EXPECT_FALSE(has(host.out, "sustained")) << host.out;
+}
+
+TEST(Cli, GemmTuneCacheIsLoadedOrRefusedWithTheRuleBroken) {
+  const fs::path dir = scratch("tune-cache");
+  std::ofstream(dir / "broken.json") << "{\"version\": 1";
+  const CliResult broken = run_cli("gemm --backends cpu-reference --m 4 --n 64 --k 64 --ceilings datasheet --tune-cache '" +
+                                   (dir / "broken.json").string() + "'");
+  EXPECT_EQ(broken.code, 2) << broken.out << broken.err;
+  EXPECT_TRUE(has(broken.err, "broken.json: not a JSON tune cache")) << broken.err;
+  std::ofstream(dir / "old.json") << "{\"version\": 0, \"entries\": []}";
+  const CliResult old = run_cli("gemm --backends cpu-reference --m 4 --n 64 --k 64 --ceilings datasheet --tune-cache '" +
+                                (dir / "old.json").string() + "'");
+  EXPECT_EQ(old.code, 2) << old.out << old.err;
+  EXPECT_TRUE(has(old.err, "format version 0, this build reads version 1")) << old.err;
+  std::ofstream(dir / "empty.json") << "{\"version\": 1, \"entries\": []}";
+  const CliResult empty = run_cli("gemm --backends cpu-reference --m 4 --n 64 --k 64 --ceilings datasheet --tune-cache '" +
+                                  (dir / "empty.json").string() + "'");
+  ASSERT_EQ(empty.code, 0) << empty.err;
+  EXPECT_TRUE(has(empty.out, "tuned plans: " + (dir / "empty.json").string() + " (0 entries;")) << empty.out;
+  // From the environment too; a file there that cannot be loaded is reported and not used.
+  const CliResult env = run_cli("gemm --backends cpu-reference --m 4 --n 64 --k 64 --ceilings datasheet");
+  EXPECT_FALSE(has(env.out, "tuned plans")) << env.out;
+  const CliResult env_broken = run_cli("gemm --backends cpu-reference --m 4 --n 64 --k 64 --ceilings datasheet",
+                                       "FP4GAP_TUNE_CACHE='" + (dir / "broken.json").string() + "'");
+  ASSERT_EQ(env_broken.code, 0) << env_broken.err;
+  EXPECT_TRUE(has(env_broken.out, "tuned plans: none used, FP4GAP_TUNE_CACHE could not be loaded")) << env_broken.out;
+}
+
+TEST(Cli, TuneNeedsADeviceAndRejectsBadArguments) {
+  const fs::path dir = scratch("tune");
+  const CliResult bad = run_cli("tune --m 128 --n 256 --k 256 --formats w8a8 --cache '" + (dir / "t.json").string() + "'");
+  EXPECT_EQ(bad.code, 2) << bad.out << bad.err;
+  EXPECT_TRUE(has(bad.err, "--formats takes w4a16 and/or w4a4, comma-separated: 'w8a8' is neither")) << bad.err;
+  const CliResult plans = run_cli("tune --m 128 --n 256 --k 256 --plans 0 --cache '" + (dir / "t.json").string() + "'");
+  EXPECT_EQ(plans.code, 2) << plans.err;
+  EXPECT_TRUE(has(plans.err, "--plans must be at least 1: --plans 0")) << plans.err;
+  // A cache that cannot be read is left as it is, not overwritten.
+  std::ofstream(dir / "corrupt.json") << "[1, 2";
+  const CliResult corrupt = run_cli("tune --m 128 --n 256 --k 256 --cache '" + (dir / "corrupt.json").string() + "'");
+  EXPECT_EQ(corrupt.code, 2) << corrupt.err;
+  EXPECT_TRUE(has(corrupt.err, "corrupt.json: not a JSON tune cache")) << corrupt.err;
+  EXPECT_EQ(read_all(dir / "corrupt.json"), "[1, 2");
+  if (device_present()) GTEST_SKIP() << "the device path is covered on the GPU (tests/device)";
+  const CliResult none = run_cli("tune --m 128 --n 256 --k 256 --cache '" + (dir / "t.json").string() + "'");
+  EXPECT_EQ(none.code, 3) << none.out << none.err;
+  EXPECT_TRUE(has(none.err, "fp4gap tune verifies and times plans on a GPU: no CUDA device")) << none.err;
+  EXPECT_FALSE(fs::exists(dir / "t.json"));
 }
 
 TEST(Cli, GemmPresetKeepsShapesThatTpBreaks) {

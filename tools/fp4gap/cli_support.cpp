@@ -14,6 +14,7 @@
 #include "fp4gap/presets.hpp"
 #include "fp4gap/ranges.hpp"
 #include "fp4gap/timing.hpp"
+#include "fp4gap/tune_cache.hpp"
 
 namespace fp4gap::cli {
 
@@ -122,6 +123,18 @@ GemmBenchOptions gemm_bench_options(const DeviceContext& device) {
   };
   o.progress = progress_line;
   return o;
+}
+
+void add_tune_cache_option(CLI::App& cmd, std::string& path) {
+  cmd.add_option("--tune-cache", path,
+                 "FILE written by `fp4gap tune`: the prefill backends run its fastest verified plan where it has one "
+                 "for this device and problem (default: $FP4GAP_TUNE_CACHE, else none)");
+}
+
+void apply_tune_cache_option(const std::string& path, std::vector<std::string>& notes) {
+  if (!path.empty()) tune::use_cache_file(path);
+  const std::string note = tune::active_cache_note();
+  if (!note.empty()) notes.push_back(note);
 }
 
 void add_after_option(CLI::App& cmd, std::string& after) {

@@ -75,6 +75,13 @@ void add_sustain_option(CLI::App& cmd, double& sustain_ms);
 void check_sustain_option(double sustain_ms, const std::string& after);
 void apply_sustain_option(double sustain_ms, const std::string& after, GemmBenchOptions& options);
 
+// --tune-cache FILE (gemm, diagnose): the prefill backends run the plans `fp4gap tune` measured
+// fastest there for this device and problem. apply_tune_cache_option loads it (InvalidArgument
+// naming the file and the rule broken when it cannot) and adds the header note that says which
+// cache is in use, FP4GAP_TUNE_CACHE's too.
+void add_tune_cache_option(CLI::App& cmd, std::string& path);
+void apply_tune_cache_option(const std::string& path, std::vector<std::string>& notes);
+
 // kExitIncorrect when a row is incorrect, else kExitError when a row is an error, else kExitOk.
 int exit_code_for(const std::vector<GemmRow>& rows);
 // "12 rows: 9 passed, 1 BROKEN (incorrect), 2 not supported, 0 invalid, 0 errors"

@@ -28,6 +28,7 @@ struct DiagnoseArgs {
   std::string after = "itself";
   double sustain_ms = 0.0;
   bool progress = false;
+  std::string tune_cache;
 };
 
 bool is_reference_backend(std::string_view name) {
@@ -110,6 +111,7 @@ int diagnose_with_device(const DeviceContext& device, const DiagnoseArgs& a, con
   if (!a.ceilings.empty()) options.repro_extra = "--ceilings " + a.ceilings;
   apply_sustain_option(a.sustain_ms, a.after, options);
   apply_after_option(a.after, options, context.notes);
+  apply_tune_cache_option(a.tune_cache, context.notes);
   if (a.progress) options.on_row = row_line;
   write_run_header(out, context);
   out << "\n";
@@ -162,6 +164,7 @@ void add_diagnose_command(CLI::App& app) {
   cmd->add_option("--output", args->output, "write the report to FILE instead of stdout");
   add_after_option(*cmd, args->after);
   add_sustain_option(*cmd, args->sustain_ms);
+  add_tune_cache_option(*cmd, args->tune_cache);
   cmd->add_flag("--progress", args->progress, "print each row to stderr as soon as it is finished");
   cmd->callback([args] { run_diagnose(*args); });
 }

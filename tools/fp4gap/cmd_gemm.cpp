@@ -29,6 +29,7 @@ struct GemmArgs {
   std::string after = "itself";
   double sustain_ms = 0.0;
   bool progress = false;
+  std::string tune_cache;
 };
 
 // Accepts the names the rest of the tool prints (f16, f32) and the common spellings (fp16, fp32).
@@ -66,6 +67,7 @@ void run_gemm(const GemmArgs& a, CLI::App& cmd) {
   context.ceilings = ceilings.ceilings;
   context.notes = ceilings.notes;
   apply_after_option(a.after, options, context.notes);
+  apply_tune_cache_option(a.tune_cache, context.notes);
   options.ceilings = ceilings.ceilings;
 
   const std::vector<GemmRow> rows = run_gemm_bench(cases, backends, options);
@@ -103,6 +105,7 @@ void add_gemm_command(CLI::App& app) {
   cmd->add_option("--output", args->output, "write the report to FILE instead of stdout");
   add_after_option(*cmd, args->after);
   add_sustain_option(*cmd, args->sustain_ms);
+  add_tune_cache_option(*cmd, args->tune_cache);
   cmd->add_flag("--progress", args->progress, "print each row to stderr as soon as it is finished");
   cmd->add_option("--ceilings", args->ceilings,
                   "roofline ceilings: FILE from `fp4gap peak --output`, datasheet, or measure (default: measure "

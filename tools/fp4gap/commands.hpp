@@ -12,5 +12,6 @@ void add_peak_command(CLI::App& app);            // cmd_peak.cpp
 void add_bench_quantize_command(CLI::App& app);  // cmd_bench_quantize.cpp
 void add_shuffle_command(CLI::App& app);         // cmd_shuffle.cpp
 void add_plan_command(CLI::App& app);            // cmd_plan.cpp
+void add_tune_command(CLI::App& app);            // cmd_tune.cpp
 
 }  // namespace fp4gap::cli

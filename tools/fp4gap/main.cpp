@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   fp4gap::cli::add_shuffle_command(app);
   fp4gap::cli::add_gemm_command(app);
   fp4gap::cli::add_plan_command(app);
+  fp4gap::cli::add_tune_command(app);
   fp4gap::cli::add_diagnose_command(app);
   fp4gap::cli::add_peak_command(app);
   fp4gap::cli::add_bench_quantize_command(app);

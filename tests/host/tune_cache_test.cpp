@@ -1,0 +1,267 @@
+// The tune cache (measured plans on disk) and how the prefill backends resolve a cached plan:
+// plain C++, no GPU.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <tuple>
+
+#include "fp4gap/prefill.hpp"
+#include "fp4gap/status.hpp"
+#include "fp4gap/tune_cache.hpp"
+#include "test_support.hpp"
+
+namespace fp4gap::tune {
+namespace {
+
+using test::h200_context;
+
+std::string temp_path(const std::string& name) {
+  const std::filesystem::path dir = std::filesystem::path(FP4GAP_TEST_TMPDIR) / "tune_cache_test";
+  std::filesystem::create_directories(dir);
+  return (dir / name).string();
+}
+
+MeasuredPlan measured(const prefill::TileConfig& c, int split, bool workspace, double predicted,
+                      std::optional<double> graph, bool passed = true) {
+  MeasuredPlan p;
+  p.config = c.name();
+  p.split_k = split;
+  p.workspace_reduction = workspace;
+  p.predicted_us = predicted;
+  p.passed = passed;
+  p.graph_us = graph;
+  if (graph) p.event_us = *graph + 1.0;
+  p.note = passed ? "" : "BROKEN: max error 3 ulp";
+  return p;
+}
+
+// W2 at M = 128 as run 120 measured it on an H100: the policy's m128 split 2 behind m64 G4 unsplit.
+Entry w2_entry(const DeviceContext& device) {
+  const auto& configs = prefill::tile_configs();
+  Entry e;
+  e.device = device_key(device);
+  e.problem = ProblemKey{"fp4gap-prefill-w4a16", 128, 6144, 2048, OutputType::bf16};
+  e.policy_config = configs[1].name();
+  e.policy_split_k = 2;
+  e.measured.push_back(measured(configs[1], 2, false, 11.2, 11.70));
+  e.measured.push_back(measured(configs[9], 1, false, 11.6, 10.79));
+  e.measured.push_back(measured(configs[2], 1, false, 12.0, 9.00, /*passed=*/false));
+  e.measured.push_back(measured(configs[6], 2, false, 11.4, std::nullopt));
+  e.build = "abc123";
+  e.driver = "13.0";
+  return e;
+}
+
+TEST(TuneCache, BestIsTheFastestVerifiedPlanAndNeverABrokenOne) {
+  const Entry e = w2_entry(h200_context());
+  ASSERT_TRUE(e.best().has_value());
+  // The broken plan's 9.00 us is faster, but it computed a wrong result.
+  EXPECT_EQ(*e.best(), 1u);
+  ASSERT_TRUE(e.policy().has_value());
+  EXPECT_EQ(*e.policy(), 0u);
+  Entry none = e;
+  for (MeasuredPlan& p : none.measured) p.passed = false;
+  EXPECT_FALSE(none.best().has_value());
+}
+
+TEST(TuneCache, JsonRoundTripKeepsEveryMeasuredPlan) {
+  Cache cache;
+  cache.put(w2_entry(h200_context()));
+  const Cache back = Cache::from_json_text(cache.to_json_text(), "test");
+  ASSERT_EQ(back.entries().size(), 1u);
+  const Entry& e = back.entries()[0];
+  const Entry want = w2_entry(h200_context());
+  EXPECT_EQ(e.device, want.device);
+  EXPECT_EQ(e.problem, want.problem);
+  EXPECT_EQ(e.policy_config, want.policy_config);
+  EXPECT_EQ(e.policy_split_k, 2);
+  ASSERT_EQ(e.measured.size(), want.measured.size());
+  for (std::size_t i = 0; i < e.measured.size(); ++i) {
+    EXPECT_EQ(e.measured[i].config, want.measured[i].config) << i;
+    EXPECT_EQ(e.measured[i].split_k, want.measured[i].split_k) << i;
+    EXPECT_EQ(e.measured[i].passed, want.measured[i].passed) << i;
+    EXPECT_EQ(e.measured[i].graph_us, want.measured[i].graph_us) << i;
+    EXPECT_EQ(e.measured[i].event_us, want.measured[i].event_us) << i;
+    EXPECT_EQ(e.measured[i].note, want.measured[i].note) << i;
+  }
+  EXPECT_EQ(e.build, "abc123");
+  EXPECT_EQ(e.driver, "13.0");
+}
+
+TEST(TuneCache, PutReplacesTheSameDeviceAndProblemOnly) {
+  Cache cache;
+  const Entry first = w2_entry(h200_context());
+  cache.put(first);
+  Entry other_m = first;
+  other_m.problem.m = 96;
+  cache.put(other_m);
+  Entry other_card = first;
+  other_card.device.name = "NVIDIA H100 80GB HBM3";
+  cache.put(other_card);
+  ASSERT_EQ(cache.entries().size(), 3u);
+  Entry again = first;
+  again.measured.pop_back();
+  cache.put(again);
+  ASSERT_EQ(cache.entries().size(), 3u);
+  const Entry* found = cache.find(first.device, first.problem);
+  ASSERT_NE(found, nullptr);
+  EXPECT_EQ(found->measured.size(), first.measured.size() - 1);
+  // Another card, another problem or another output type finds nothing of this entry.
+  ProblemKey f32 = first.problem;
+  f32.out_type = OutputType::f32;
+  EXPECT_EQ(cache.find(first.device, f32), nullptr);
+  DeviceKey fewer_sms = first.device;
+  fewer_sms.sm_count = 114;
+  EXPECT_EQ(cache.find(fewer_sms, first.problem), nullptr);
+}
+
+TEST(TuneCache, SaveThenLoadAndSaveReplacesTheFileWhole) {
+  const std::string path = temp_path("sub/dir/cache.json");
+  std::filesystem::remove_all(std::filesystem::path(path).parent_path());
+  Cache cache;
+  cache.put(w2_entry(h200_context()));
+  cache.save(path);
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  const Cache loaded = Cache::load(path);
+  ASSERT_EQ(loaded.entries().size(), 1u);
+  Cache bigger = loaded;
+  Entry other = w2_entry(h200_context());
+  other.problem.m = 256;
+  bigger.put(other);
+  bigger.save(path);
+  EXPECT_EQ(Cache::load(path).entries().size(), 2u);
+}
+
+void expect_load_error(const std::string& text, const std::string& needle) {
+  try {
+    static_cast<void>(Cache::from_json_text(text, "tune cache x.json"));
+    ADD_FAILURE() << "no error for: " << text;
+  } catch (const InvalidArgument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("tune cache x.json"), std::string::npos) << what;
+    EXPECT_NE(what.find(needle), std::string::npos) << what;
+  }
+}
+
+TEST(TuneCache, LoadErrorsNameTheFileAndTheRuleBroken) {
+  expect_load_error("{ not json", "not a JSON tune cache");
+  expect_load_error(R"({"version": 99, "entries": []})", "format version 99, this build reads version 1");
+  expect_load_error(R"({"entries": []})", "missing field \"version\"");
+  expect_load_error(R"({"version": 1, "entries": {}})", "\"entries\" must be an array");
+  // A field missing in the second entry names that entry.
+  Cache cache;
+  cache.put(w2_entry(h200_context()));
+  std::string text = cache.to_json_text();
+  const std::string good_entries = text.substr(text.find('[') + 1, text.rfind(']') - text.find('[') - 1);
+  std::string broken = good_entries;
+  broken.replace(broken.find("\"split_k\""), 9, "\"splitk\"");
+  expect_load_error(R"({"version": 1, "entries": [)" + good_entries + "," + broken + "]}",
+                    "entry 1: missing field \"split_k\"");
+  std::string mistyped = good_entries;
+  mistyped.replace(mistyped.find("\"m\": 128"), 8, "\"m\": \"128\"");
+  expect_load_error(R"({"version": 1, "entries": [)" + mistyped + "]}", "entry 0: field \"m\" must be an integer");
+  std::string bad_out = good_entries;
+  bad_out.replace(bad_out.find("\"out\": \"bf16\""), 13, "\"out\": \"int8\"");
+  expect_load_error(R"({"version": 1, "entries": [)" + bad_out + "]}", "entry 0:");
+  EXPECT_THROW(Cache::load(temp_path("does-not-exist.json")), InvalidArgument);
+}
+
+TEST(TuneCache, ActiveCacheFromAFileAndItsNote) {
+  const std::string path = temp_path("active.json");
+  Cache cache;
+  cache.put(w2_entry(h200_context()));
+  cache.save(path);
+  use_cache_file(path);
+  ASSERT_NE(active_cache(), nullptr);
+  EXPECT_EQ(active_cache_path(), path);
+  EXPECT_NE(active_cache_note().find("1 entries"), std::string::npos) << active_cache_note();
+  clear_active_cache();
+  EXPECT_EQ(active_cache(), nullptr);
+  EXPECT_TRUE(active_cache_note().empty());
+  // A file that cannot be loaded is refused and the active cache stays as it was.
+  std::ofstream(temp_path("broken.json")) << "{";
+  EXPECT_THROW(use_cache_file(temp_path("broken.json")), InvalidArgument);
+  EXPECT_EQ(active_cache(), nullptr);
+}
+
+TEST(TunedPlan, RunsTheFastestVerifiedPlanOfTheActiveCache) {
+  const DeviceContext device = h200_context();
+  const Entry e = w2_entry(device);
+  const std::string path = temp_path("tuned.json");
+  Cache cache;
+  cache.put(e);
+  cache.save(path);
+  const auto candidates = prefill::plan_candidates(128, 6144, 2048, device);
+
+  clear_active_cache();
+  EXPECT_FALSE(prefill::tuned_plan("fp4gap-prefill-w4a16", 128, 6144, 2048, OutputType::bf16, device, candidates).plan);
+
+  use_cache_file(path);
+  const prefill::TunedChoice t =
+      prefill::tuned_plan("fp4gap-prefill-w4a16", 128, 6144, 2048, OutputType::bf16, device, candidates);
+  ASSERT_TRUE(t.plan.has_value()) << t.note;
+  EXPECT_EQ(t.plan->config.name(), prefill::tile_configs()[9].name());
+  EXPECT_EQ(t.plan->split_k, 1);
+  EXPECT_EQ(t.note, "tuned on this device: 10.79 us against the policy's pick's 11.70");
+  // Another M, output type, backend or card: no entry, no note, the policy decides.
+  for (const auto& [backend, m, out] : {std::tuple{"fp4gap-prefill-w4a16", 96, OutputType::bf16},
+                                        std::tuple{"fp4gap-prefill-w4a16", 128, OutputType::f32},
+                                        std::tuple{"fp4gap-prefill-w4a4", 128, OutputType::bf16}}) {
+    const prefill::TunedChoice none = prefill::tuned_plan(backend, m, 6144, 2048, out, device, candidates);
+    EXPECT_FALSE(none.plan.has_value());
+    EXPECT_TRUE(none.note.empty()) << none.note;
+  }
+  DeviceContext h100 = device;
+  h100.name = "NVIDIA H100 80GB HBM3";
+  EXPECT_FALSE(prefill::tuned_plan("fp4gap-prefill-w4a16", 128, 6144, 2048, OutputType::bf16, h100, candidates).plan);
+  clear_active_cache();
+}
+
+TEST(TunedPlan, AnEntryThatCannotRunHereIsReportedAndThePolicyDecides) {
+  const DeviceContext device = h200_context();
+  const auto candidates = prefill::plan_candidates(128, 6144, 2048, device);
+  const std::string path = temp_path("stale.json");
+  auto tuned_with = [&](const std::string& config, int split, bool workspace) {
+    Entry e = w2_entry(device);
+    e.measured = {e.measured[0], e.measured[1]};
+    e.measured[1].config = config;
+    e.measured[1].split_k = split;
+    e.measured[1].workspace_reduction = workspace;
+    Cache cache;
+    cache.put(e);
+    cache.save(path);
+    use_cache_file(path);
+    return prefill::tuned_plan("fp4gap-prefill-w4a16", 128, 6144, 2048, OutputType::bf16, device, candidates);
+  };
+  const prefill::TunedChoice unknown = tuned_with("sm90a bf16 x nvfp4 m96n128k64 5 stages", 1, false);
+  EXPECT_FALSE(unknown.plan.has_value());
+  EXPECT_NE(unknown.note.find("'sm90a bf16 x nvfp4 m96n128k64 5 stages' is not in this build"), std::string::npos)
+      << unknown.note;
+  EXPECT_NE(unknown.note.find("the policy's pick"), std::string::npos) << unknown.note;
+  // m128 takes no workspace reduction (tiles of at most 64 rows do).
+  const prefill::TunedChoice no_such_split = tuned_with(prefill::tile_configs()[1].name(), 2, true);
+  EXPECT_FALSE(no_such_split.plan.has_value());
+  EXPECT_NE(no_such_split.note.find("takes no split-k 2 with a workspace reduction"), std::string::npos)
+      << no_such_split.note;
+  // The entry's best plan on a device whose shared memory does not hold it: the candidate's reason.
+  DeviceContext small = device;
+  small.smem_per_block_optin = 100 * 1024;
+  const auto small_candidates = prefill::plan_candidates(128, 6144, 2048, small);
+  Entry e = w2_entry(small);
+  Cache cache;
+  cache.put(e);
+  cache.save(path);
+  use_cache_file(path);
+  const prefill::TunedChoice too_big =
+      prefill::tuned_plan("fp4gap-prefill-w4a16", 128, 6144, 2048, OutputType::bf16, small, small_candidates);
+  EXPECT_FALSE(too_big.plan.has_value());
+  EXPECT_NE(too_big.note.find("bytes of shared memory"), std::string::npos) << too_big.note;
+  clear_active_cache();
+}
+
+}  // namespace
+}  // namespace fp4gap::tune

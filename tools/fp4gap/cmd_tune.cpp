@@ -1,0 +1,225 @@
+// fp4gap tune: the prefill policy's best-ranked plans for each shape, each verified against the
+// reference and then graph-timed on the device at hand; every measured plan goes into the tune
+// cache (tune_cache.hpp), which the prefill backends then follow for that device and problem.
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli_support.hpp"
+#include "commands.hpp"
+#include "fp4gap/build_info.hpp"
+#include "fp4gap/cuda_api.hpp"
+#include "fp4gap/gemm_bench.hpp"
+#include "fp4gap/prefill.hpp"
+#include "fp4gap/tune_cache.hpp"
+
+namespace fp4gap::cli {
+namespace {
+
+struct TuneArgs {
+  std::string m, n, k;
+  std::string preset;
+  int tp = 1;
+  std::string formats = "w4a16";
+  std::string out = "bf16";
+  int plans = 6;
+  std::string cache;
+  std::uint64_t seed = 1;
+};
+
+std::string default_cache_path() {
+  const char* env = std::getenv("FP4GAP_TUNE_CACHE");
+  return env != nullptr && *env != '\0' ? env : "fp4gap-tune.json";
+}
+
+std::vector<bool> parse_formats(const std::string& list) {
+  std::vector<bool> w4a4;
+  std::stringstream ss(list);
+  for (std::string f; std::getline(ss, f, ',');) {
+    if (f == "w4a16") {
+      w4a4.push_back(false);
+    } else if (f == "w4a4") {
+      w4a4.push_back(true);
+    } else {
+      throw InvalidArgument("--formats takes w4a16 and/or w4a4, comma-separated: '" + f + "' is neither");
+    }
+  }
+  if (w4a4.empty()) throw InvalidArgument("--formats names no format");
+  return w4a4;
+}
+
+// The plan the prefill backend runs without a tune cache (PrefillRunner): the policy's pick, and
+// for W4A4 behind its activation pass the pick without workspace splits.
+prefill::Plan policy_plan(const std::vector<prefill::PlanCandidate>& candidates, bool w4a4, std::int64_t k,
+                          const DeviceContext& device) {
+  const prefill::PlanCandidate* best = prefill::best_candidate(candidates);
+  if (!w4a4) return best->plan;
+  const bool in_kernel =
+      prefill::w4a4_dequantizes_in_kernel(best->plan, k, device.smem_per_block_optin - prefill::kKernelStaticSmemBytes);
+  return prefill::w4a4_plan(best->plan, in_kernel, candidates);
+}
+
+// The policy's plan first, then the other runnable candidates by predicted time, `count` in all.
+std::vector<const prefill::PlanCandidate*> plans_to_measure(const std::vector<prefill::PlanCandidate>& candidates,
+                                                            const prefill::Plan& policy, int count) {
+  std::vector<const prefill::PlanCandidate*> ok;
+  for (const prefill::PlanCandidate& c : candidates) {
+    if (c.status.is_ok()) ok.push_back(&c);
+  }
+  std::stable_sort(ok.begin(), ok.end(), [&](const prefill::PlanCandidate* a, const prefill::PlanCandidate* b) {
+    const bool a_policy = a->plan.describe() == policy.describe();
+    const bool b_policy = b->plan.describe() == policy.describe();
+    if (a_policy != b_policy) return a_policy;
+    return a->predicted_us < b->predicted_us;
+  });
+  if (static_cast<int>(ok.size()) > count) ok.resize(static_cast<std::size_t>(count));
+  return ok;
+}
+
+tune::MeasuredPlan measured_plan(const prefill::PlanCandidate& c, const GemmRow& row) {
+  tune::MeasuredPlan p;
+  p.config = c.config.name();
+  p.split_k = c.split_k;
+  p.workspace_reduction = c.split_k > 1 && c.reduction == prefill::SplitReduction::workspace;
+  p.predicted_us = c.predicted_us;
+  p.passed = row.status == RowStatus::passed && row.median_us.has_value();
+  p.graph_us = p.passed ? row.median_us : std::nullopt;
+  p.event_us = p.passed ? row.event_median_us : std::nullopt;
+  if (row.status == RowStatus::passed && !row.median_us) {
+    p.note = "verified, not timed";
+  } else if (row.status != RowStatus::passed) {
+    p.note = std::string(row.status == RowStatus::incorrect ? "BROKEN" : to_string(row.status)) + ": " + row.reason;
+  }
+  return p;
+}
+
+std::string us(const std::optional<double>& v) { return v ? format_fixed(*v, 2) : "-"; }
+
+void write_entry(std::ostream& out, const GemmCase& shape, const tune::Entry& e) {
+  out << "\n"
+      << (shape.shape_name.empty() ? "" : shape.shape_name + " ") << shape.problem.label() << " ("
+      << e.problem.backend << "): " << e.measured.size() << " plans verified, then graph-timed with cold weights\n";
+  out << "  " << std::left << std::setw(10) << "graph_us" << std::setw(10) << "event_us" << std::setw(14)
+      << "predicted_us" << "plan\n";
+  const std::optional<std::size_t> best = e.best(), policy = e.policy();
+  for (std::size_t i = 0; i < e.measured.size(); ++i) {
+    const tune::MeasuredPlan& p = e.measured[i];
+    out << (best && *best == i ? "* " : "  ") << std::left << std::setw(10) << us(p.graph_us) << std::setw(10)
+        << us(p.event_us) << std::setw(14) << format_fixed(p.predicted_us, 2) << p.config << ", split-k " << p.split_k
+        << (p.workspace_reduction ? " (partials in global memory)" : "")
+        << (policy && *policy == i ? "  [policy's pick]" : "") << (p.note.empty() ? "" : "  " + p.note) << "\n";
+  }
+  if (!best) {
+    out << "  no plan passed: the backends keep the policy's pick here\n";
+  } else if (policy && *policy == *best) {
+    out << "  the policy's pick is the fastest measured\n";
+  } else if (policy && e.measured[*policy].graph_us) {
+    const double gain = *e.measured[*policy].graph_us / *e.measured[*best].graph_us - 1.0;
+    out << "  tuned: " << format_fixed(gain * 100.0, 1) << "% faster than the policy's pick\n";
+  }
+}
+
+void run_tune(const TuneArgs& a, CLI::App& cmd) {
+  const std::vector<bool> formats = parse_formats(a.formats);
+  if (a.plans < 1) throw InvalidArgument("--plans must be at least 1: --plans " + std::to_string(a.plans));
+  GemmProblem bf16_out;
+  bf16_out.out_type = parse_output_type(a.out == "fp16" ? "f16" : a.out == "fp32" ? "f32" : a.out);
+  const std::vector<GemmCase> shapes = shape_cases(a.m, a.n, a.k, a.preset, a.tp, bf16_out, cmd);
+  const std::string path = a.cache.empty() ? default_cache_path() : a.cache;
+  // An existing cache that cannot be read is left as it is rather than overwritten.
+  tune::Cache cache;
+  if (std::filesystem::exists(path)) cache = tune::Cache::load(path);
+
+  GemmBenchOptions options = gemm_bench_options(query_device(0));
+  const DeviceContext& device = options.device;
+  if (!device.available) {
+    std::cerr << "fp4gap tune verifies and times plans on a GPU: " << describe_unavailable(device) << "\n";
+    exit_with(kExitNoDevice);
+  }
+  std::string why_not;
+  const prefill::ConcurrentCtas occupancy = prefill_occupancy(&why_not);
+  if (!occupancy) {
+    std::cout << "nothing to tune on " << device.name << ": " << why_not << "\n";
+    return;
+  }
+  options.seed = a.seed;
+  options.time_device_read = {};  // the read floor is not what ranks plans
+  options.ceilings.reset();
+
+  std::cout << "device: " << device.name << " (" << device.sm_count << " SMs); cache: " << path << "\n";
+  bool broken = false;
+  int written = 0;
+  for (const bool w4a4 : formats) {
+    for (const GemmCase& base : shapes) {
+      GemmCase shape = base;
+      shape.problem.a_format = w4a4 ? OperandFormat::nvfp4 : OperandFormat::bf16;
+      shape.problem.b_format = OperandFormat::nvfp4;
+      const GemmProblem& p = shape.problem;
+      if (!shape.status.is_ok() || !validate_problem(p).is_ok()) {
+        std::cout << "\n" << p.label() << ": not tuned: "
+                  << (shape.status.is_ok() ? validate_problem(p).reason : shape.status.reason) << "\n";
+        continue;
+      }
+      const std::vector<prefill::PlanCandidate> candidates =
+          prefill::plan_candidates(p.m, p.n, p.k, device, occupancy);
+      if (prefill::best_candidate(candidates) == nullptr) prefill::choose_plan(p.m, p.n, p.k, device, occupancy);
+      const prefill::Plan policy = policy_plan(candidates, w4a4, p.k, device);
+      const std::vector<const prefill::PlanCandidate*> chosen = plans_to_measure(candidates, policy, a.plans);
+      std::vector<std::unique_ptr<GemmBackend>> owned;
+      std::vector<GemmBackend*> backends;
+      for (const prefill::PlanCandidate* c : chosen) {
+        owned.push_back(make_prefill_plan_backend(w4a4, c->plan));
+        backends.push_back(owned.back().get());
+      }
+      const std::vector<GemmRow> rows = run_gemm_bench({shape}, backends, options);
+
+      tune::Entry e;
+      e.device = tune::device_key(device);
+      e.problem = tune::ProblemKey{w4a4 ? "fp4gap-prefill-w4a4" : "fp4gap-prefill-w4a16", p.m, p.n, p.k, p.out_type};
+      e.policy_config = policy.config.name();
+      e.policy_split_k = policy.split_k;
+      e.policy_workspace_reduction = policy.split_k > 1 && policy.reduction == prefill::SplitReduction::workspace;
+      for (std::size_t i = 0; i < chosen.size() && i < rows.size(); ++i) {
+        e.measured.push_back(measured_plan(*chosen[i], rows[i]));
+        broken = broken || rows[i].status == RowStatus::incorrect;
+      }
+      e.build = build_info::kGitHash;
+      e.driver = device.driver_version;
+      write_entry(std::cout, shape, e);
+      cache.put(std::move(e));
+      // Saved after every shape: a run cut short keeps what it measured.
+      cache.save(path);
+      ++written;
+    }
+  }
+  std::cout << "\n" << written << " entries measured and written to " << path << " (" << cache.entries().size()
+            << " in all); fp4gap gemm --tune-cache " << path << " (or FP4GAP_TUNE_CACHE=" << path
+            << ") runs the fastest verified plan of each\n";
+  if (broken) exit_with(kExitIncorrect);
+}
+
+}  // namespace
+
+void add_tune_command(CLI::App& app) {
+  auto args = std::make_shared<TuneArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "tune", "Verify and time the prefill policy's best-ranked plans for each shape on this GPU; record them in the "
+              "tune cache that the prefill backends follow");
+  add_shape_options(*cmd, args->m, args->n, args->k, args->preset, args->tp);
+  cmd->add_option("--formats", args->formats, "w4a16 (bf16 activations), w4a4 (NVFP4 activations), or both comma-separated");
+  cmd->add_option("--out", args->out, "output type")->check(CLI::IsMember({"bf16", "fp16", "f16", "f32", "fp32"}));
+  cmd->add_option("--plans", args->plans, "plans measured per shape: the policy's pick, then the best predicted");
+  cmd->add_option("--cache", args->cache,
+                  "the tune cache to add to (default: $FP4GAP_TUNE_CACHE, else fp4gap-tune.json)");
+  cmd->add_option("--seed", args->seed, "input seed");
+  cmd->callback([args, cmd] { run_tune(*args, *cmd); });
+}
+
+}  // namespace fp4gap::cli

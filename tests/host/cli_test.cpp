@@ -14,9 +14,11 @@
 #include <sstream>
 
 #include "fp4gap/decode.hpp"
+#include "fp4gap/prefill.hpp"
 #include "fp4gap/npy.hpp"
 #include "fp4gap/quantize.hpp"
 #include "fp4gap/report.hpp"
+#include "fp4gap/tune_cache.hpp"
 
 namespace fp4gap {
 namespace {
@@ -392,6 +394,43 @@ TEST(Cli, GemmTuneCacheIsLoadedOrRefusedWithTheRuleBroken) {
                                        "FP4GAP_TUNE_CACHE='" + (dir / "broken.json").string() + "'");
   ASSERT_EQ(env_broken.code, 0) << env_broken.err;
   EXPECT_TRUE(has(env_broken.out, "tuned plans: none used, FP4GAP_TUNE_CACHE could not be loaded")) << env_broken.out;
+}
+
+TEST(Cli, PlanShowsTheMeasuredTimesOfATuneCache) {
+  const fs::path dir = scratch("plan-tuned");
+  const auto& configs = prefill::tile_configs();
+  tune::Entry e;
+  // What `fp4gap plan --device 'H200 SXM'` plans for; fp4gap tune records the real device's name.
+  e.device = tune::DeviceKey{"H200 SXM (datasheet)", 132, 9, 0};
+  e.problem = tune::ProblemKey{"fp4gap-prefill-w4a16", 128, 6144, 2048, OutputType::bf16};
+  e.policy_config = configs[1].name();
+  e.policy_split_k = 2;
+  tune::MeasuredPlan policy, faster;
+  policy.config = configs[1].name();
+  policy.split_k = 2;
+  policy.passed = true;
+  policy.graph_us = 11.70;
+  faster.config = configs[9].name();
+  faster.split_k = 1;
+  faster.passed = true;
+  faster.graph_us = 10.79;
+  e.measured = {policy, faster};
+  tune::Cache cache;
+  cache.put(e);
+  cache.save((dir / "t.json").string());
+  const CliResult r = run_cli("plan --preset glm5 --m 128 --device 'H200 SXM' --tune-cache '" + (dir / "t.json").string() + "'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "tuned plans: " + (dir / "t.json").string() + " (1 entries")) << r.out;
+  EXPECT_TRUE(has(r.out, "predicted us   measured us  split-K reduction")) << r.out;
+  EXPECT_TRUE(has(r.out, "tune cache: fp4gap-prefill-w4a16 runs " + configs[9].name() +
+                             ", split-k 1 (tuned on this device: 10.79 us against the policy's pick's 11.70)"))
+      << r.out;
+  EXPECT_TRUE(has(r.out, "tune cache: no entry for this device and shape")) << r.out;  // W13 and seed
+  EXPECT_TRUE(has(r.out, "          10.8  -")) << r.out;
+  EXPECT_TRUE(has(r.out, "          11.7  cluster")) << r.out;
+  const CliResult plain = run_cli("plan --preset glm5 --m 128 --device 'H200 SXM'");
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  EXPECT_FALSE(has(plain.out, "measured us")) << plain.out;
 }
 
 TEST(Cli, TuneNeedsADeviceAndRejectsBadArguments) {

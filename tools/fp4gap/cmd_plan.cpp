@@ -18,6 +18,7 @@
 #include "fp4gap/prefill.hpp"
 #include "fp4gap/problem.hpp"
 #include "fp4gap/roofline.hpp"
+#include "fp4gap/tune_cache.hpp"
 
 namespace fp4gap::cli {
 namespace {
@@ -27,11 +28,23 @@ struct PlanArgs {
   std::string preset;
   int tp = 1;
   std::string device;
+  std::string tune_cache;
 };
+
+// The W4A16 plan's time measured by `fp4gap tune` for this device and shape, when `entry` has it.
+std::string measured_us(const tune::Entry* entry, const prefill::PlanCandidate& p) {
+  if (entry == nullptr) return "-";
+  const bool workspace = p.split_k > 1 && p.reduction == prefill::SplitReduction::workspace;
+  for (const tune::MeasuredPlan& m : entry->measured) {
+    if (m.config != p.config.name() || m.split_k != p.split_k || m.workspace_reduction != workspace) continue;
+    return m.graph_us ? format_fixed(*m.graph_us, 1) : m.passed ? "-" : "BROKEN";
+  }
+  return "-";
+}
 
 // One shape: the decode kernels' plan where they serve it, then every prefill plan, fastest first.
 void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& device,
-                 const prefill::ConcurrentCtas& occupancy) {
+                 const prefill::ConcurrentCtas& occupancy, const tune::Cache* cache) {
   const GemmProblem& s = shape.problem;
   std::vector<prefill::PlanCandidate> c = prefill::plan_candidates(s.m, s.n, s.k, device, occupancy);
   const prefill::PlanCandidate* best = prefill::best_candidate(c);
@@ -60,6 +73,15 @@ void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& 
       << (w4a4_in_kernel ? " (activations dequantized in the kernel)"
                          : w4a4_differs ? " (behind its activation pass: no workspace split)" : "")
       << "\n";
+  const tune::Entry* tuned =
+      cache == nullptr ? nullptr
+                       : cache->find(tune::device_key(device),
+                                     tune::ProblemKey{"fp4gap-prefill-w4a16", s.m, s.n, s.k, s.out_type});
+  if (cache != nullptr) {
+    const prefill::TunedChoice t =
+        prefill::tuned_plan("fp4gap-prefill-w4a16", s.m, s.n, s.k, s.out_type, device, c);
+    out << "  tune cache: " << (tuned == nullptr ? "no entry for this device and shape" : t.plan ? "fp4gap-prefill-w4a16 runs " + t.plan->describe() + " (" + t.note + ")" : t.note) << "\n";
+  }
   if (s.m <= decode::kMaxM) {
     // The decode kernels' own policy (docs/KERNELS-decode.md), for the same shape, both maths.
     // A prediction is printed only where the model was fitted to measurements.
@@ -84,8 +106,7 @@ void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& 
   constexpr int kConfigWidth = 62;
   out << "    " << std::left << std::setw(kConfigWidth) << "config" << std::right << std::setw(6) << "split" << std::setw(7)
       << "CTAs" << std::setw(9) << "at once" << std::setw(7) << "waves" << std::setw(7) << "idle" << std::setw(14)
-      << "predicted us"
-      << "  split-K reduction\n";
+      << "predicted us" << (cache != nullptr ? "   measured us" : "") << "  split-K reduction\n";
   for (const prefill::PlanCandidate& p : c) {
     const bool pick = p.status.is_ok() && p.plan.describe() == chosen.describe();
     const bool w4a4_pick = w4a4_differs && p.status.is_ok() && p.plan.describe() == w4a4_chosen.describe();
@@ -105,8 +126,9 @@ void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& 
     }
     out << std::setw(6) << p.split_k << std::setw(7) << p.plan.ctas() << std::setw(9) << p.concurrent_ctas
         << std::setw(7) << p.waves << std::setw(7) << idle.str() << std::setw(14) << std::fixed << std::setprecision(1)
-        << p.predicted_us << "  "
-        << (p.split_k == 1 ? "-" : p.reduction == prefill::SplitReduction::cluster ? "cluster" : "workspace") << "\n";
+        << p.predicted_us;
+    if (cache != nullptr) out << std::setw(14) << measured_us(tuned, p);
+    out << "  " << (p.split_k == 1 ? "-" : p.reduction == prefill::SplitReduction::cluster ? "cluster" : "workspace") << "\n";
     if (p.config.persistent) {
       const prefill::PersistentSchedule sched = prefill::persistent_schedule(p.plan.ctas(), p.concurrent_ctas);
       if (sched.halved_tiles > 0) {
@@ -152,7 +174,10 @@ void run_plan(const PlanArgs& a, CLI::App& cmd) {
     at_once = occupancy ? "the occupancy API of this device (clusters of split CTAs fit inside one GPC)"
                         : "floor(SMs / split) x split, an upper bound (" + why_not + ")";
   }
+  std::vector<std::string> notes;
+  apply_tune_cache_option(a.tune_cache, notes);
   std::ostringstream out;
+  for (const std::string& n : notes) out << n << "\n";
   out << "device: " << device.name << ", " << device.sm_count << " SMs, " << device.smem_per_block_optin
       << " bytes of shared memory per block\n"
       << "CTAs at once: " << at_once << "\n"
@@ -172,7 +197,7 @@ void run_plan(const PlanArgs& a, CLI::App& cmd) {
           << valid.reason << "\n";
       continue;
     }
-    write_shape(out, s, device, occupancy);
+    write_shape(out, s, device, occupancy, tune::active_cache());
   }
   write_output("", out.str());
 }
@@ -186,6 +211,7 @@ void add_plan_command(CLI::App& app) {
   add_shape_options(*cmd, args->m, args->n, args->k, args->preset, args->tp);
   cmd->add_option("--device", args->device,
                   "plan for this datasheet GPU (e.g. 'H200 SXM'; fp4gap info lists them) instead of the CUDA device");
+  add_tune_cache_option(*cmd, args->tune_cache);
   cmd->callback([args, cmd] { run_plan(*args, *cmd); });
 }
 

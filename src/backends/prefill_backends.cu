@@ -48,6 +48,15 @@ class PrefillRunner final : public GemmRunner {
     // A measured plan (forced or from the tune cache) is run as it was measured, W4A4's too.
     bool measured = forced.has_value();
     if (forced) {
+      const prefill::Plan fitting = prefill::make_plan(p_.m, p_.n, p_.k, forced->config, forced->split_k, forced->reduction);
+      if (fitting.m_tiles != forced->m_tiles || fitting.n_tiles != forced->n_tiles ||
+          fitting.k_blocks != forced->k_blocks) {
+        std::ostringstream os;
+        os << "forced plan " << forced->describe() << " has " << forced->m_tiles << " x " << forced->n_tiles
+           << " tiles of " << forced->k_blocks << " K blocks; " << p_.label() << " needs " << fitting.m_tiles << " x "
+           << fitting.n_tiles << " of " << fitting.k_blocks;
+        throw InvalidArgument(os.str());
+      }
       plan_ = *forced;
       plan_source_ = "plan forced by fp4gap tune";
     } else {

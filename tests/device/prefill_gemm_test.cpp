@@ -842,6 +842,12 @@ TEST(PrefillBackends, RunTheTunedPlanOfTheActiveCache) {
     EXPECT_NE(dispatched.find(other->plan.describe()), std::string::npos) << dispatching << ": " << dispatched;
     check_backend(dispatching, p, ++seed, InputDistribution::random);
 
+    // A forced plan (fp4gap tune's) runs only on the problem it was made for.
+    const prefill::Plan for_other_m = prefill::make_plan(4 * m, n, k, other->config, other->split_k, other->reduction);
+    EXPECT_THROW(make_prefill_plan_backend(w4a4, for_other_m)->prepare(inputs, 1), InvalidArgument);
+    EXPECT_NE(make_prefill_plan_backend(w4a4, other->plan)->prepare(inputs, 1)->config().find("plan forced by fp4gap tune"),
+              std::string::npos);
+
     tune::clear_active_cache();
     const std::string untuned = backend(name).prepare(inputs, 1)->config();
     EXPECT_EQ(untuned.find("tuned"), std::string::npos) << untuned;

@@ -125,6 +125,12 @@ GemmBenchOptions gemm_bench_options(const DeviceContext& device) {
   return o;
 }
 
+OutputType parse_out_option(const std::string& s) {
+  if (s == "fp16") return OutputType::f16;
+  if (s == "fp32") return OutputType::f32;
+  return parse_output_type(s);
+}
+
 void add_tune_cache_option(CLI::App& cmd, std::string& path) {
   cmd.add_option("--tune-cache", path,
                  "FILE written by `fp4gap tune`: the prefill backends run its fastest verified plan where it has one "

@@ -46,6 +46,9 @@ void progress_line(const std::string& text);
 // reason), whether or not stderr is a terminal, so that a run cut short leaves its results.
 void row_line(const GemmRow& row);
 
+// --out: the names the rest of the tool prints (f16, f32) and the common spellings (fp16, fp32).
+OutputType parse_out_option(const std::string& s);
+
 // Registers --m, --n, --k, --preset and --tp, the options shape_cases reads.
 void add_shape_options(CLI::App& cmd, std::string& m, std::string& n, std::string& k, std::string& preset, int& tp);
 // --preset alone, checked against presets.hpp's names.

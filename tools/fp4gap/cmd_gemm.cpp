@@ -32,18 +32,11 @@ struct GemmArgs {
   std::string tune_cache;
 };
 
-// Accepts the names the rest of the tool prints (f16, f32) and the common spellings (fp16, fp32).
-OutputType parse_out(const std::string& s) {
-  if (s == "fp16") return OutputType::f16;
-  if (s == "fp32") return OutputType::f32;
-  return parse_output_type(s);
-}
-
 std::vector<GemmCase> make_cases(const GemmArgs& a, CLI::App& cmd) {
   GemmProblem formats;
   formats.a_format = parse_operand_format(a.a_format);
   formats.b_format = parse_operand_format(a.b_format);
-  formats.out_type = parse_out(a.out);
+  formats.out_type = parse_out_option(a.out);
   return shape_cases(a.m, a.n, a.k, a.preset, a.tp, formats, cmd);
 }
 

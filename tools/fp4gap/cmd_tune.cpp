@@ -129,9 +129,9 @@ void write_entry(std::ostream& out, const GemmCase& shape, const tune::Entry& e)
 void run_tune(const TuneArgs& a, CLI::App& cmd) {
   const std::vector<bool> formats = parse_formats(a.formats);
   if (a.plans < 1) throw InvalidArgument("--plans must be at least 1: --plans " + std::to_string(a.plans));
-  GemmProblem bf16_out;
-  bf16_out.out_type = parse_output_type(a.out == "fp16" ? "f16" : a.out == "fp32" ? "f32" : a.out);
-  const std::vector<GemmCase> shapes = shape_cases(a.m, a.n, a.k, a.preset, a.tp, bf16_out, cmd);
+  GemmProblem formats_of_shapes;  // the operand formats are set per format below
+  formats_of_shapes.out_type = parse_out_option(a.out);
+  const std::vector<GemmCase> shapes = shape_cases(a.m, a.n, a.k, a.preset, a.tp, formats_of_shapes, cmd);
   const std::string path = a.cache.empty() ? default_cache_path() : a.cache;
   // An existing cache that cannot be read is left as it is rather than overwritten.
   tune::Cache cache;

@@ -388,7 +388,8 @@ TEST(Cli, GemmTuneCacheIsLoadedOrRefusedWithTheRuleBroken) {
   ASSERT_EQ(empty.code, 0) << empty.err;
   EXPECT_TRUE(has(empty.out, "tuned plans: " + (dir / "empty.json").string() + " (0 entries;")) << empty.out;
   // From the environment too; a file there that cannot be loaded is reported and not used.
-  const CliResult env = run_cli("gemm --backends cpu-reference --m 4 --n 64 --k 64 --ceilings datasheet");
+  const CliResult env = run_cli("gemm --backends cpu-reference --m 4 --n 64 --k 64 --ceilings datasheet",
+                                "FP4GAP_TUNE_CACHE=");
   EXPECT_FALSE(has(env.out, "tuned plans")) << env.out;
   const CliResult env_broken = run_cli("gemm --backends cpu-reference --m 4 --n 64 --k 64 --ceilings datasheet",
                                        "FP4GAP_TUNE_CACHE='" + (dir / "broken.json").string() + "'");

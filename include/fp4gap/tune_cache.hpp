@@ -92,7 +92,6 @@ class Cache {
 void use_cache_file(const std::string& path);
 void clear_active_cache();
 const Cache* active_cache();
-const std::string& active_cache_path();  // empty without one
 std::string active_cache_note();          // one line for the report header; empty without one
 
 }  // namespace fp4gap::tune

@@ -287,13 +287,6 @@ const Cache* active_cache() {
   return a.cache ? &*a.cache : nullptr;
 }
 
-const std::string& active_cache_path() {
-  ActiveCache& a = active();
-  const std::lock_guard lock(a.mutex);
-  read_environment(a);
-  return a.path;
-}
-
 std::string active_cache_note() {
   ActiveCache& a = active();
   const std::lock_guard lock(a.mutex);

@@ -177,8 +177,7 @@ TEST(TuneCache, ActiveCacheFromAFileAndItsNote) {
   cache.save(path);
   use_cache_file(path);
   ASSERT_NE(active_cache(), nullptr);
-  EXPECT_EQ(active_cache_path(), path);
-  EXPECT_NE(active_cache_note().find("1 entries"), std::string::npos) << active_cache_note();
+  EXPECT_NE(active_cache_note().find(path + " (1 entries"), std::string::npos) << active_cache_note();
   clear_active_cache();
   EXPECT_EQ(active_cache(), nullptr);
   EXPECT_TRUE(active_cache_note().empty());

@@ -142,6 +142,8 @@ struct Plan {
   std::int64_t ctas() const { return m_tiles * n_tiles * split_k; }
   // CTAs that form one cluster at launch: split_k with a cluster reduction, else 1.
   int cluster_size() const { return split_k > 1 && reduction == SplitReduction::cluster ? split_k : 1; }
+  // Whether the split-K partials meet in a global workspace (a split plan with that reduction).
+  bool workspace_reduction() const { return split_k > 1 && reduction == SplitReduction::workspace; }
   // Device memory launch_gemm needs (0: none): for a workspace reduction, the partial tiles
   // (fp32, tiles x split_k x block_m x kBlockN) followed by one 32-bit counter per tile, which
   // must be zero before the first launch; every launch leaves them zero.

@@ -208,6 +208,7 @@ class PrefillRunner final : public GemmRunner {
 
   prefill::Plan choose(const std::vector<prefill::PlanCandidate>& candidates, const DeviceContext& device) const {
     const prefill::PlanCandidate* best = prefill::best_candidate(candidates);
+    // None can run: choose_plan throws, naming the shared memory needed and available.
     return best != nullptr ? best->plan : prefill::choose_plan(p_.m, p_.n, p_.k, device, prefill::concurrent_ctas);
   }
 

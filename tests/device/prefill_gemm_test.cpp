@@ -820,7 +820,7 @@ TEST(PrefillBackends, RunTheTunedPlanOfTheActiveCache) {
       tune::MeasuredPlan mp;
       mp.config = c.config.name();
       mp.split_k = c.split_k;
-      mp.workspace_reduction = c.split_k > 1 && c.reduction == prefill::SplitReduction::workspace;
+      mp.workspace_reduction = c.plan.workspace_reduction();
       mp.passed = true;
       mp.graph_us = us;
       return mp;

@@ -34,9 +34,10 @@ struct PlanArgs {
 // The W4A16 plan's time measured by `fp4gap tune` for this device and shape, when `entry` has it.
 std::string measured_us(const tune::Entry* entry, const prefill::PlanCandidate& p) {
   if (entry == nullptr) return "-";
-  const bool workspace = p.split_k > 1 && p.reduction == prefill::SplitReduction::workspace;
   for (const tune::MeasuredPlan& m : entry->measured) {
-    if (m.config != p.config.name() || m.split_k != p.split_k || m.workspace_reduction != workspace) continue;
+    if (m.config != p.config.name() || m.split_k != p.split_k || m.workspace_reduction != p.plan.workspace_reduction()) {
+      continue;
+    }
     return m.graph_us ? format_fixed(*m.graph_us, 1) : m.passed ? "-" : "BROKEN";
   }
   return "-";
@@ -80,7 +81,12 @@ void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& 
   if (cache != nullptr) {
     const prefill::TunedChoice t =
         prefill::tuned_plan("fp4gap-prefill-w4a16", s.m, s.n, s.k, s.out_type, device, c);
-    out << "  tune cache: " << (tuned == nullptr ? "no entry for this device and shape" : t.plan ? "fp4gap-prefill-w4a16 runs " + t.plan->describe() + " (" + t.note + ")" : t.note) << "\n";
+    out << "  tune cache: ";
+    if (t.plan) {
+      out << "fp4gap-prefill-w4a16 runs " << t.plan->describe() << " (" << t.note << ")\n";
+    } else {
+      out << (t.note.empty() ? "no entry for this device and shape" : t.note) << "\n";
+    }
   }
   if (s.m <= decode::kMaxM) {
     // The decode kernels' own policy (docs/KERNELS-decode.md), for the same shape, both maths.

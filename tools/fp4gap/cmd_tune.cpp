@@ -87,7 +87,7 @@ tune::MeasuredPlan measured_plan(const prefill::PlanCandidate& c, const GemmRow&
   tune::MeasuredPlan p;
   p.config = c.config.name();
   p.split_k = c.split_k;
-  p.workspace_reduction = c.split_k > 1 && c.reduction == prefill::SplitReduction::workspace;
+  p.workspace_reduction = c.plan.workspace_reduction();
   p.predicted_us = c.predicted_us;
   p.passed = row.status == RowStatus::passed && row.median_us.has_value();
   p.graph_us = p.passed ? row.median_us : std::nullopt;
@@ -185,7 +185,7 @@ void run_tune(const TuneArgs& a, CLI::App& cmd) {
       e.problem = tune::ProblemKey{w4a4 ? "fp4gap-prefill-w4a4" : "fp4gap-prefill-w4a16", p.m, p.n, p.k, p.out_type};
       e.policy_config = policy.config.name();
       e.policy_split_k = policy.split_k;
-      e.policy_workspace_reduction = policy.split_k > 1 && policy.reduction == prefill::SplitReduction::workspace;
+      e.policy_workspace_reduction = policy.workspace_reduction();
       for (std::size_t i = 0; i < chosen.size() && i < rows.size(); ++i) {
         e.measured.push_back(measured_plan(*chosen[i], rows[i]));
         broken = broken || rows[i].status == RowStatus::incorrect;

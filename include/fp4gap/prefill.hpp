@@ -23,6 +23,7 @@
 #include "fp4gap/problem.hpp"
 #include "fp4gap/quantize.hpp"
 #include "fp4gap/status.hpp"
+#include "fp4gap/tune_cache.hpp"
 
 namespace fp4gap {
 struct DeviceSpec;  // fp4gap/device_specs.hpp
@@ -212,15 +213,25 @@ struct NamedCandidate {
 NamedCandidate find_candidate(const std::vector<PlanCandidate>& candidates, const std::string& config_name,
                               int split_k, bool workspace_reduction);
 
-// The plan the active tune cache (tune::active_cache) measured fastest for `problem` on `device`,
-// when it holds an entry for both and that plan can run (find_candidate); `note` says what was
-// used or why the entry was not (empty: no entry, the policy decides).
+// The entry of `cache` that the prefill backends follow for `problem` on `device`: the one for
+// exactly this problem; else an entry of another M (same device, backend, N, K, output) that timed
+// the very launches its plans make at this M: each of its plans has as many row tiles at both M
+// (so the same grid, split and K range per CTA; only zero-filled rows differ) and `policy`, the
+// plan the backend runs without a cache here, is one of them. Of those the nearest M, the larger
+// on a tie: an entry at M = 128 whose plans have tiles of 64 and 128 rows serves M = 65-128, one
+// that also measured a 32-row tile M = 97-128. nullptr: none.
+const tune::Entry* tuned_entry(const tune::Cache& cache, const tune::DeviceKey& device, const tune::ProblemKey& problem,
+                               const Plan& policy);
+
+// The plan the active tune cache (tune::active_cache) measured fastest for `problem` on `device`
+// (tuned_entry), when that plan can run (find_candidate); `note` says what was used or why the
+// entry was not (empty: no entry, the policy decides).
 struct TunedChoice {
   std::optional<Plan> plan;
   std::string note;
 };
 TunedChoice tuned_plan(const std::string& backend, std::int64_t m, std::int64_t n, std::int64_t k, OutputType out,
-                       const DeviceContext& device, const std::vector<PlanCandidate>& candidates);
+                       const DeviceContext& device, const std::vector<PlanCandidate>& candidates, const Plan& policy);
 
 // best_candidate of plan_candidates, as a plan. Throws
 // InvalidArgument when no configuration fits (the message names the shared memory available).

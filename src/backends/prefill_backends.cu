@@ -45,8 +45,8 @@ class PrefillRunner final : public GemmRunner {
     weight_ = in.b_fp4;
     const std::vector<prefill::PlanCandidate> candidates =
         prefill::plan_candidates(p_.m, p_.n, p_.k, device, prefill::concurrent_ctas);
-    // A measured plan (forced or from the tune cache) is run as it was measured, W4A4's too.
-    bool measured = forced.has_value();
+    // A measured plan (forced or from the tune cache) is run as it was measured, W4A4's too: the
+    // policy's W4A4 adjustment (w4a4_plan) applies to the policy's pick only.
     if (forced) {
       const prefill::Plan fitting = prefill::make_plan(p_.m, p_.n, p_.k, forced->config, forced->split_k, forced->reduction);
       if (fitting.m_tiles != forced->m_tiles || fitting.n_tiles != forced->n_tiles ||
@@ -60,11 +60,11 @@ class PrefillRunner final : public GemmRunner {
       plan_ = *forced;
       plan_source_ = "plan forced by fp4gap tune";
     } else {
+      const prefill::Plan policy = policy_plan(candidates, device);
       prefill::TunedChoice tuned = prefill::tuned_plan(std::string(backend_name(w4a4_)), p_.m, p_.n, p_.k,
-                                                       p_.out_type, device, candidates);
+                                                       p_.out_type, device, candidates, policy);
       plan_source_ = std::move(tuned.note);
-      measured = tuned.plan.has_value();
-      plan_ = measured ? *tuned.plan : choose(candidates, device);
+      plan_ = tuned.plan ? *tuned.plan : policy;
     }
 
     const prefill::PackedWeights packed = prefill::pack_weights(weight_);
@@ -86,7 +86,6 @@ class PrefillRunner final : public GemmRunner {
       a_scales_ = upload_sets(scales.data(), a_scale_bytes_, sets);
       dequant_in_kernel_ = prefill::w4a4_dequantizes_in_kernel(plan_, p_.k);
       if (!dequant_in_kernel_) {
-        if (!measured) plan_ = prefill::w4a4_plan(plan_, false, candidates);
         workspace_ = DeviceBuffer<std::uint16_t>(static_cast<std::size_t>(p_.m * p_.k));
         maps_.push_back(prefill::make_activation_maps(workspace_.get(), p_.m, p_.k, plan_.config));
       }
@@ -206,10 +205,15 @@ class PrefillRunner final : public GemmRunner {
     return (w4a4_ && !dequant_in_kernel_) || prefill::launches_programmatically(plan_.config);
   }
 
-  prefill::Plan choose(const std::vector<prefill::PlanCandidate>& candidates, const DeviceContext& device) const {
+  // The plan without a tune cache: the policy's pick, and for W4A4 the plan w4a4_plan runs it
+  // with (behind the activation pass where its kernel does not dequantize them).
+  prefill::Plan policy_plan(const std::vector<prefill::PlanCandidate>& candidates, const DeviceContext& device) const {
     const prefill::PlanCandidate* best = prefill::best_candidate(candidates);
     // None can run: choose_plan throws, naming the shared memory needed and available.
-    return best != nullptr ? best->plan : prefill::choose_plan(p_.m, p_.n, p_.k, device, prefill::concurrent_ctas);
+    const prefill::Plan pick =
+        best != nullptr ? best->plan : prefill::choose_plan(p_.m, p_.n, p_.k, device, prefill::concurrent_ctas);
+    if (!w4a4_) return pick;
+    return prefill::w4a4_plan(pick, prefill::w4a4_dequantizes_in_kernel(pick, p_.k), candidates);
   }
 
   GemmProblem p_;

@@ -2,6 +2,7 @@
 // dispatch policy choosing a tile and split-K factor per shape.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -441,24 +442,76 @@ NamedCandidate find_candidate(const std::vector<PlanCandidate>& candidates, cons
   return {Status::not_supported(os.str()), nullptr};
 }
 
+namespace {
+
+bool measures(const tune::MeasuredPlan& measured, const Plan& plan) {
+  return measured.config == plan.config.name() && measured.split_k == plan.split_k &&
+         measured.workspace_reduction == plan.workspace_reduction();
+}
+
+// Whether `entry`, measured at another M, timed exactly the launches its plans make at `m`: every
+// plan's configuration is in this build and tiles M into as many row tiles at `m` as at the
+// entry's M (N and K are the entry's, so the grid, the split and each CTA's K range are the same;
+// only the rows the copies zero-fill differ), and the policy's pick at `m` is one of them, so the
+// measured order between the pick and the fastest holds here.
+bool times_the_same_launches(const tune::Entry& entry, std::int64_t m, const Plan& policy) {
+  bool has_policy = false;
+  for (const tune::MeasuredPlan& measured : entry.measured) {
+    const auto& configs = tile_configs();
+    const auto config = std::find_if(configs.begin(), configs.end(),
+                                     [&](const TileConfig& c) { return c.name() == measured.config; });
+    if (config == configs.end()) return false;
+    if (ceil_div(m, config->block_m) != ceil_div(entry.problem.m, config->block_m)) return false;
+    has_policy = has_policy || measures(measured, policy);
+  }
+  return has_policy;
+}
+
+}  // namespace
+
+const tune::Entry* tuned_entry(const tune::Cache& cache, const tune::DeviceKey& device, const tune::ProblemKey& problem,
+                             const Plan& policy) {
+  if (const tune::Entry* exact = cache.find(device, problem)) return exact;
+  const tune::Entry* nearest = nullptr;
+  for (const tune::Entry& e : cache.entries()) {
+    tune::ProblemKey same_but_m = e.problem;
+    same_but_m.m = problem.m;
+    if (!(e.device == device) || !(same_but_m == problem) || !times_the_same_launches(e, problem.m, policy)) continue;
+    const std::int64_t distance = std::abs(e.problem.m - problem.m);
+    const std::int64_t best = nearest == nullptr ? -1 : std::abs(nearest->problem.m - problem.m);
+    if (nearest == nullptr || distance < best || (distance == best && e.problem.m > nearest->problem.m)) nearest = &e;
+  }
+  return nearest;
+}
+
 TunedChoice tuned_plan(const std::string& backend, std::int64_t m, std::int64_t n, std::int64_t k, OutputType out,
-                       const DeviceContext& device, const std::vector<PlanCandidate>& candidates) {
+                       const DeviceContext& device, const std::vector<PlanCandidate>& candidates, const Plan& policy) {
   const tune::Cache* cache = tune::active_cache();
   if (cache == nullptr) return {};
-  const tune::Entry* entry = cache->find(tune::device_key(device), tune::ProblemKey{backend, m, n, k, out});
+  const tune::Entry* entry = tuned_entry(*cache, tune::device_key(device), tune::ProblemKey{backend, m, n, k, out}, policy);
   if (entry == nullptr) return {};
+  // An entry of another M says which one, so a row names the measurement it follows.
+  const std::string at = entry->problem.m == m ? std::string()
+                                               : " at M = " + std::to_string(entry->problem.m) +
+                                                     " (the same tiles as at M = " + std::to_string(m) + ")";
   const std::optional<std::size_t> best = entry->best();
-  if (!best) return {std::nullopt, "tuned entry has no verified plan: the policy's pick"};
+  if (!best) return {std::nullopt, "tuned entry" + at + " has no verified plan: the policy's pick"};
   const tune::MeasuredPlan& measured = entry->measured[*best];
   const NamedCandidate named =
       find_candidate(candidates, measured.config, measured.split_k, measured.workspace_reduction);
-  if (!named.status.is_ok()) return {std::nullopt, "tuned plan not used (" + named.status.reason + "): the policy's pick"};
-  std::ostringstream os;
-  os << "tuned on this device: " << format_fixed(*measured.graph_us, 2) << " us";
-  const std::optional<std::size_t> policy = entry->policy();
-  if (policy && entry->measured[*policy].graph_us) {
-    os << " against the policy's pick's " << format_fixed(*entry->measured[*policy].graph_us, 2);
+  if (!named.status.is_ok()) {
+    return {std::nullopt, "tuned plan" + at + " not used (" + named.status.reason + "): the policy's pick"};
   }
+  // The pick's time: the plan the policy runs here where the entry measured it, else the entry's
+  // own record of its pick (the policy may have changed since the entry was measured).
+  std::optional<double> pick_us;
+  for (const tune::MeasuredPlan& p : entry->measured) {
+    if (measures(p, policy)) pick_us = p.graph_us;
+  }
+  if (!pick_us && entry->policy()) pick_us = entry->measured[*entry->policy()].graph_us;
+  std::ostringstream os;
+  os << "tuned on this device" << at << ": " << format_fixed(*measured.graph_us, 2) << " us";
+  if (pick_us) os << " against the policy's pick's " << format_fixed(*pick_us, 2);
   return {named.candidate->plan, os.str()};
 }
 

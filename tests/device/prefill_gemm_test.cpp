@@ -842,6 +842,28 @@ TEST(PrefillBackends, RunTheTunedPlanOfTheActiveCache) {
     EXPECT_NE(dispatched.find(other->plan.describe()), std::string::npos) << dispatching << ": " << dispatched;
     check_backend(dispatching, p, ++seed, InputDistribution::random);
 
+    // M = 95 has the same row tiles as 96 for every tile size (16 to 256 rows): it follows the entry
+    // of 96 where the policy's plan there is one the entry measured.
+    const GemmProblem p95 = make_problem(m - 1, n, k, w4a4, OutputType::bf16);
+    const std::vector<prefill::PlanCandidate> at_95 =
+        prefill::plan_candidates(m - 1, n, k, gpu(), prefill::concurrent_ctas);
+    const prefill::Plan pick_95 = prefill::best_candidate(at_95)->plan;
+    const prefill::Plan policy_95 =
+        w4a4 ? prefill::w4a4_plan(pick_95, prefill::w4a4_dequantizes_in_kernel(pick_95, k), at_95) : pick_95;
+    const std::string neighbour =
+        backend(name).prepare(make_gemm_inputs(p95, ++seed, InputDistribution::exact_grid), 1)->config();
+    if (policy_95.describe() == policy->plan.describe() || policy_95.describe() == other->plan.describe()) {
+      EXPECT_NE(neighbour.find(other->config.name() + ", split-k " + std::to_string(other->split_k)), std::string::npos)
+          << neighbour;
+      EXPECT_NE(neighbour.find("tuned on this device at M = 96 (the same tiles as at M = 95): 1.00 us"),
+                std::string::npos)
+          << neighbour;
+    } else {
+      EXPECT_EQ(neighbour.find("tuned"), std::string::npos) << "policy at M = 95: " << policy_95.describe() << "; "
+                                                            << neighbour;
+    }
+    check_backend(name, p95, ++seed, InputDistribution::random);
+
     // A forced plan (fp4gap tune's) runs only on the problem it was made for.
     const prefill::Plan for_other_m = prefill::make_plan(4 * m, n, k, other->config, other->split_k, other->reduction);
     EXPECT_THROW(make_prefill_plan_backend(w4a4, for_other_m)->prepare(inputs, 1), InvalidArgument);

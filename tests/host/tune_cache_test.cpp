@@ -195,34 +195,37 @@ TEST(TunedPlan, RunsTheFastestVerifiedPlanOfTheActiveCache) {
   cache.put(e);
   cache.save(path);
   const auto candidates = prefill::plan_candidates(128, 6144, 2048, device);
+  const prefill::Plan policy = prefill::best_candidate(candidates)->plan;
 
   clear_active_cache();
-  EXPECT_FALSE(prefill::tuned_plan("fp4gap-prefill-w4a16", 128, 6144, 2048, OutputType::bf16, device, candidates).plan);
+  EXPECT_FALSE(prefill::tuned_plan("fp4gap-prefill-w4a16", 128, 6144, 2048, OutputType::bf16, device, candidates, policy).plan);
 
   use_cache_file(path);
   const prefill::TunedChoice t =
-      prefill::tuned_plan("fp4gap-prefill-w4a16", 128, 6144, 2048, OutputType::bf16, device, candidates);
+      prefill::tuned_plan("fp4gap-prefill-w4a16", 128, 6144, 2048, OutputType::bf16, device, candidates, policy);
   ASSERT_TRUE(t.plan.has_value()) << t.note;
   EXPECT_EQ(t.plan->config.name(), prefill::tile_configs()[9].name());
   EXPECT_EQ(t.plan->split_k, 1);
   EXPECT_EQ(t.note, "tuned on this device: 10.79 us against the policy's pick's 11.70");
-  // Another M, output type, backend or card: no entry, no note, the policy decides.
-  for (const auto& [backend, m, out] : {std::tuple{"fp4gap-prefill-w4a16", 96, OutputType::bf16},
+  // An M whose tiles differ (m64: 1 row tile at M = 64, 2 at 128), another output type, backend or
+  // card: no entry, no note, the policy decides.
+  for (const auto& [backend, m, out] : {std::tuple{"fp4gap-prefill-w4a16", 64, OutputType::bf16},
                                         std::tuple{"fp4gap-prefill-w4a16", 128, OutputType::f32},
                                         std::tuple{"fp4gap-prefill-w4a4", 128, OutputType::bf16}}) {
-    const prefill::TunedChoice none = prefill::tuned_plan(backend, m, 6144, 2048, out, device, candidates);
+    const prefill::TunedChoice none = prefill::tuned_plan(backend, m, 6144, 2048, out, device, candidates, policy);
     EXPECT_FALSE(none.plan.has_value());
     EXPECT_TRUE(none.note.empty()) << none.note;
   }
   DeviceContext h100 = device;
   h100.name = "NVIDIA H100 80GB HBM3";
-  EXPECT_FALSE(prefill::tuned_plan("fp4gap-prefill-w4a16", 128, 6144, 2048, OutputType::bf16, h100, candidates).plan);
+  EXPECT_FALSE(prefill::tuned_plan("fp4gap-prefill-w4a16", 128, 6144, 2048, OutputType::bf16, h100, candidates, policy).plan);
   clear_active_cache();
 }
 
 TEST(TunedPlan, AnEntryThatCannotRunHereIsReportedAndThePolicyDecides) {
   const DeviceContext device = h200_context();
   const auto candidates = prefill::plan_candidates(128, 6144, 2048, device);
+  const prefill::Plan policy = prefill::best_candidate(candidates)->plan;
   const std::string path = temp_path("stale.json");
   auto tuned_with = [&](const std::string& config, int split, bool workspace) {
     Entry e = w2_entry(device);
@@ -234,7 +237,7 @@ TEST(TunedPlan, AnEntryThatCannotRunHereIsReportedAndThePolicyDecides) {
     cache.put(e);
     cache.save(path);
     use_cache_file(path);
-    return prefill::tuned_plan("fp4gap-prefill-w4a16", 128, 6144, 2048, OutputType::bf16, device, candidates);
+    return prefill::tuned_plan("fp4gap-prefill-w4a16", 128, 6144, 2048, OutputType::bf16, device, candidates, policy);
   };
   const prefill::TunedChoice unknown = tuned_with("sm90a bf16 x nvfp4 m96n128k64 5 stages", 1, false);
   EXPECT_FALSE(unknown.plan.has_value());
@@ -256,9 +259,79 @@ TEST(TunedPlan, AnEntryThatCannotRunHereIsReportedAndThePolicyDecides) {
   cache.save(path);
   use_cache_file(path);
   const prefill::TunedChoice too_big =
-      prefill::tuned_plan("fp4gap-prefill-w4a16", 128, 6144, 2048, OutputType::bf16, small, small_candidates);
+      prefill::tuned_plan("fp4gap-prefill-w4a16", 128, 6144, 2048, OutputType::bf16, small, small_candidates,
+                          prefill::best_candidate(small_candidates)->plan);
   EXPECT_FALSE(too_big.plan.has_value());
   EXPECT_NE(too_big.note.find("bytes of shared memory"), std::string::npos) << too_big.note;
+  clear_active_cache();
+}
+
+TEST(TunedPlan, AnEntryOfAnotherMServesTheMWhereItsPlansRunTheSameTiles) {
+  const DeviceContext device = h200_context();
+  const auto& configs = prefill::tile_configs();
+  const std::int64_t n = 6144, k = 2048;
+  auto candidates_at = [&](std::int64_t m) { return prefill::plan_candidates(m, n, k, device); };
+  const auto at_100 = candidates_at(100);
+  const prefill::Plan policy_100 = prefill::best_candidate(at_100)->plan;
+  // The seed's policy at M = 100 has tiles of 64 rows or more (else no neighbour could serve it).
+  ASSERT_GE(policy_100.config.block_m, 64) << policy_100.describe();
+  // An entry measuring the policy's pick at 100 and one plan of 64 / 128-row tiles, faster.
+  const prefill::TileConfig& other = policy_100.config.name() == configs[9].name() ? configs[1] : configs[9];
+  auto entry_at = [&](std::int64_t m, double pick_us, double other_us) {
+    Entry e = w2_entry(device);
+    e.problem.m = m;
+    e.policy_config = policy_100.config.name();
+    e.policy_split_k = policy_100.split_k;
+    e.measured = {measured(policy_100.config, policy_100.split_k, policy_100.workspace_reduction(), 11.0, pick_us),
+                  measured(other, 1, false, 11.5, other_us)};
+    return e;
+  };
+  const std::string path = temp_path("neighbours.json");
+  auto use = [&](const std::vector<Entry>& entries) {
+    Cache cache;
+    for (const Entry& e : entries) cache.put(e);
+    cache.save(path);
+    use_cache_file(path);
+  };
+  auto tuned = [&](std::int64_t m, const std::vector<prefill::PlanCandidate>& c, const prefill::Plan& policy) {
+    return prefill::tuned_plan("fp4gap-prefill-w4a16", m, n, k, OutputType::bf16, device, c, policy);
+  };
+
+  use({entry_at(128, 12.0, 10.0)});
+  const prefill::TunedChoice t = tuned(100, at_100, policy_100);
+  ASSERT_TRUE(t.plan.has_value()) << t.note;
+  EXPECT_EQ(t.plan->config.name(), other.name());
+  EXPECT_EQ(t.plan->m_tiles, (100 + other.block_m - 1) / other.block_m);
+  EXPECT_EQ(t.note, "tuned on this device at M = 128 (the same tiles as at M = 100): 10.00 us against the policy's "
+                    "pick's 12.00");
+  // At M = 64 the 64-row tiles are one per column, not two as at 128: not the launches measured.
+  const auto at_64 = candidates_at(64);
+  EXPECT_FALSE(tuned(64, at_64, prefill::best_candidate(at_64)->plan).plan.has_value());
+  // A policy pick the entry did not measure (m256 here): the entry says nothing of it.
+  const prefill::Plan m256 = prefill::make_plan(100, n, k, configs[0], 1);
+  EXPECT_FALSE(tuned(100, at_100, m256).plan.has_value());
+
+  // The nearest M serves; on a tie the larger; an exact entry before any other.
+  use({entry_at(128, 12.0, 10.0), entry_at(80, 12.0, 9.0)});
+  EXPECT_NE(tuned(100, at_100, policy_100).note.find("at M = 80 (the same tiles as at M = 100): 9.00 us"),
+            std::string::npos);
+  use({entry_at(128, 12.0, 10.0), entry_at(72, 12.0, 9.0)});
+  EXPECT_NE(tuned(100, at_100, policy_100).note.find("at M = 128"), std::string::npos);
+  use({entry_at(128, 12.0, 10.0), entry_at(80, 12.0, 9.0), entry_at(100, 12.0, 11.0)});
+  EXPECT_EQ(tuned(100, at_100, policy_100).note, "tuned on this device: 11.00 us against the policy's pick's 12.00");
+
+  // Another card, N or output type: never a neighbour.
+  use({entry_at(128, 12.0, 10.0)});
+  DeviceContext h100 = device;
+  h100.name = "NVIDIA H100 80GB HBM3";
+  EXPECT_FALSE(
+      prefill::tuned_plan("fp4gap-prefill-w4a16", 100, n, k, OutputType::bf16, h100, at_100, policy_100).plan);
+  EXPECT_FALSE(
+      prefill::tuned_plan("fp4gap-prefill-w4a16", 100, n, k, OutputType::f32, device, at_100, policy_100).plan);
+  const auto n4096 = prefill::plan_candidates(100, 4096, k, device);
+  EXPECT_FALSE(prefill::tuned_plan("fp4gap-prefill-w4a16", 100, 4096, k, OutputType::bf16, device, n4096,
+                                   prefill::best_candidate(n4096)->plan)
+                   .plan);
   clear_active_cache();
 }
 

@@ -31,7 +31,7 @@ struct PlanArgs {
   std::string tune_cache;
 };
 
-// The W4A16 plan's time measured by `fp4gap tune` for this device and shape, when `entry` has it.
+// The W4A16 plan's time in the tune cache entry the backend follows (tuned_entry), when it has it.
 std::string measured_us(const tune::Entry* entry, const prefill::PlanCandidate& p) {
   if (entry == nullptr) return "-";
   for (const tune::MeasuredPlan& m : entry->measured) {
@@ -74,13 +74,14 @@ void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& 
       << (w4a4_in_kernel ? " (activations dequantized in the kernel)"
                          : w4a4_differs ? " (behind its activation pass: no workspace split)" : "")
       << "\n";
+  // The entry the backend follows, which may be one of another M with the same tiles.
   const tune::Entry* tuned =
       cache == nullptr ? nullptr
-                       : cache->find(tune::device_key(device),
-                                     tune::ProblemKey{"fp4gap-prefill-w4a16", s.m, s.n, s.k, s.out_type});
+                       : prefill::tuned_entry(*cache, tune::device_key(device),
+                                              tune::ProblemKey{"fp4gap-prefill-w4a16", s.m, s.n, s.k, s.out_type}, chosen);
   if (cache != nullptr) {
     const prefill::TunedChoice t =
-        prefill::tuned_plan("fp4gap-prefill-w4a16", s.m, s.n, s.k, s.out_type, device, c);
+        prefill::tuned_plan("fp4gap-prefill-w4a16", s.m, s.n, s.k, s.out_type, device, c, chosen);
     out << "  tune cache: ";
     if (t.plan) {
       out << "fp4gap-prefill-w4a16 runs " << t.plan->describe() << " (" << t.note << ")\n";

@@ -39,6 +39,7 @@ struct ActivationMaps {
   CUtensorMap tile{};
   CUtensorMap half_tile{};
   CUtensorMap group{};
+  CUtensorMap edge{};  // boxes of m % block_m rows for the last row of tiles (not persistent)
   std::int64_t m = 0, k = 0;
   int block_m = 0, copy_group = 0;
 };

@@ -449,10 +449,10 @@ bool measures(const tune::MeasuredPlan& measured, const Plan& plan) {
          measured.workspace_reduction == plan.workspace_reduction();
 }
 
-// Whether `entry`, measured at another M, timed exactly the launches its plans make at `m`: every
-// plan's configuration is in this build and tiles M into as many row tiles at `m` as at the
-// entry's M (N and K are the entry's, so the grid, the split and each CTA's K range are the same;
-// only the rows the copies zero-fill differ), and the policy's pick at `m` is one of them, so the
+// Whether `entry`, measured at another M, timed the launches its plans make at `m`: every plan's
+// configuration is in this build and tiles M into as many row tiles at `m` as at the entry's M (N
+// and K are the entry's, so the grid, the split and each CTA's K range are the same; only the rows
+// of data in the last row of tiles differ), and the policy's pick at `m` is one of them, so the
 // measured order between the pick and the fastest holds here.
 bool times_the_same_launches(const tune::Entry& entry, std::int64_t m, const Plan& policy) {
   bool has_policy = false;

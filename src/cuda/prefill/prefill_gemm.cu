@@ -165,7 +165,7 @@ template <int BM, int STAGES, bool PERSISTENT, int GROUP, bool DEQUANT_ACT = fal
 __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
     prefill_gemm_kernel(const __grid_constant__ CUtensorMap act_map, const __grid_constant__ CUtensorMap act_half_map,
                         const __grid_constant__ CUtensorMap act_group_map, const __grid_constant__ CUtensorMap act_edge_map,
-                        int k_tail,
+                        const __grid_constant__ CUtensorMap act_half_edge_map, int k_tail,
                         const std::uint8_t* __restrict__ weights, void* __restrict__ out, OutputType out_type, int m,
                         int n, int k_blocks, int split_k, float alpha, std::uint64_t* __restrict__ timeline,
                         const __grid_constant__ CUtensorMap out_map, const __grid_constant__ CUtensorMap out_part_map,
@@ -270,25 +270,28 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
       // block (k_tail), whose blocks come one 2D copy each: the 3D map has no column bound inside
       // a block.
       auto group_blocks = [&](int kb) { return min(GROUP, static_cast<int>(kr.end) - kb); };
-      // The last row of tiles of a grid whose M ends inside it copies only the rows that exist
-      // (act_edge_map's box: m % BM rows), one 2D copy per K block: a box reaching past M has the
-      // copy engine write zeros for the missing rows, and those copies cost up to 21% of the launch
-      // back to back (W13 at M = 65 on m64 G4 split 2, PERF-LOG run 128). The stage's rows past M
-      // keep whatever they held: they only feed output rows past M, which are never stored.
-      const int edge_rows = PERSISTENT ? 0 : m % BM;
-      auto at_edge = [&](const Unit& unit) { return edge_rows != 0 && unit.row0 + BM > m; };
-      const std::uint32_t edge_block_bytes = static_cast<std::uint32_t>(edge_rows) * kBlockK * 2;
+      // A unit at the edge of M (the last row of tiles, or a persistent CTA's half of it, where M
+      // ends inside it) copies only the rows that exist, one 2D copy per K block, through the map
+      // whose box is that many rows (act_edge_map: m % BM rows; act_half_edge_map: m % (BM / 2)).
+      // A box reaching past M has the copy engine write zeros for the missing rows, and those
+      // copies cost up to 21% of the launch back to back (W13 at M = 65 on m64 G4 split 2, PERF-LOG
+      // runs 127-129). The stage's rows past M keep whatever they held: they feed only output rows
+      // past M, which are never stored.
+      auto unit_rows = [&](const Unit& unit) { return unit.half ? BM / 2 : BM; };
+      auto at_edge = [&](const Unit& unit) { return unit.row0 + unit_rows(unit) > m; };
       auto act_tile_2d = [&](int kb, int nb) { return GROUP == 1 || (k_tail && kb + nb == k_blocks); };
+      // The activation bytes a group of `nb` K blocks from `kb` of `unit` brings into its stages.
+      auto act_bytes = [&](const Unit& unit, int kb, int nb) -> std::uint32_t {
+        if (DEQUANT_ACT) return 0u;
+        const int rows = min(unit_rows(unit), m - unit.row0);
+        if (rows < BM || act_tile_2d(kb, nb)) return static_cast<std::uint32_t>(nb * rows * kBlockK * 2);
+        return GROUP * kActStageBytes;  // one 3D box, blocks past the range or K included
+      };
       const int range_groups = (iters + GROUP - 1) / GROUP;
       const int prefetched = programmatic && first_unit < units ? min(range_groups, kPrefetchGroups) : 0;
-      const bool first_at_edge = first_unit < units && at_edge(unit_at(first_unit));
       for (int g = 0; g < prefetched; ++g) {
         const int kb = static_cast<int>(kr.begin) + g * GROUP, nb = group_blocks(kb);
-        const std::uint32_t act_bytes =
-            DEQUANT_ACT     ? 0u
-            : first_at_edge ? nb * edge_block_bytes
-                            : (act_tile_2d(kb, nb) ? nb * kActStageBytes : GROUP * kActStageBytes);
-        ptx::mbarrier_arrive_expect_tx(full_bar(g * GROUP), act_bytes + nb * kChunkBytes);
+        ptx::mbarrier_arrive_expect_tx(full_bar(g * GROUP), act_bytes(unit_at(first_unit), kb, nb) + nb * kChunkBytes);
         ptx::bulk_load(base + wgt_offset + g * GROUP * kChunkBytes,
                        weights + chunk_offset(first_unit % n_tiles, kb, k_blocks), nb * kChunkBytes,
                        full_bar(g * GROUP));
@@ -300,22 +303,17 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
       for (int u = first_unit; u < units; u += unit_stride) {
         const Unit unit = unit_at(u);
         if (unit.row0 >= m) continue;  // an empty half
-        // A half tile's activations fill the first half of the stage's tile, an edge tile's its
-        // first m % BM rows.
+        // A half tile's activations fill the first half of the stage's tile, an edge unit's its
+        // first rows.
         const bool edge = at_edge(unit);
-        const CUtensorMap* map = edge ? &act_edge_map : unit.half ? &act_half_map : &act_map;
+        const CUtensorMap* map = unit.half ? (edge ? &act_half_edge_map : &act_half_map) : edge ? &act_edge_map : &act_map;
         for (int kb = static_cast<int>(kr.begin); kb < static_cast<int>(kr.end); kb += GROUP, ++loaded) {
           const int nb = group_blocks(kb);
           const bool act_2d = edge || act_tile_2d(kb, nb);
           if (loaded >= prefetched) {
             // Released in order: the group's last stage free means all of its stages are.
             ptx::mbarrier_wait(empty_bar(stage + GROUP - 1), phase ^ 1);
-            const std::uint32_t act_bytes =
-                DEQUANT_ACT ? 0u
-                : unit.half ? kActStageBytes / 2
-                : edge      ? nb * edge_block_bytes
-                            : (act_2d ? nb * kActStageBytes : GROUP * kActStageBytes);
-            ptx::mbarrier_arrive_expect_tx(full_bar(stage), act_bytes + nb * kChunkBytes);
+            ptx::mbarrier_arrive_expect_tx(full_bar(stage), act_bytes(unit, kb, nb) + nb * kChunkBytes);
           }
           if constexpr (DEQUANT_ACT) {
             // The consumers write the activation tiles.
@@ -884,7 +882,7 @@ __global__ void dequantize_bf16_kernel(const std::uint8_t* __restrict__ codes, c
   dst[1] = make_uint4(v[4], v[5], v[6], v[7]);
 }
 
-using KernelFn = void (*)(CUtensorMap, CUtensorMap, CUtensorMap, CUtensorMap, int, const std::uint8_t*, void*, OutputType, int, int,
+using KernelFn = void (*)(CUtensorMap, CUtensorMap, CUtensorMap, CUtensorMap, CUtensorMap, int, const std::uint8_t*, void*, OutputType, int, int,
                           int, int, float, std::uint64_t*, CUtensorMap, CUtensorMap, int, int, std::uint8_t*,
                           const std::uint8_t*, const std::uint8_t*);
 
@@ -1125,9 +1123,12 @@ ActivationMaps make_activation_maps(const void* act_bf16, std::int64_t m, std::i
   maps.tile = make_activation_map(act_bf16, m, k, block_m);
   maps.half_tile = make_activation_map(act_bf16, m, k, block_m / 2);
   if (config.copy_group > 1) maps.group = make_activation_map(act_bf16, m, k, block_m, config.copy_group);
-  // The last row of tiles where M ends inside it (the kernel's act_edge_map); a persistent CTA's
-  // units keep the whole and half boxes.
-  if (m % block_m != 0 && !config.persistent) maps.edge = make_activation_map(act_bf16, m, k, static_cast<int>(m % block_m));
+  // The units where M ends inside them copy only the rows that exist: a tile of the last row of
+  // tiles m % block_m rows, a persistent CTA's half of it m % (block_m / 2).
+  if (m % block_m != 0) maps.edge = make_activation_map(act_bf16, m, k, static_cast<int>(m % block_m));
+  if (config.persistent && m % (block_m / 2) != 0) {
+    maps.half_edge = make_activation_map(act_bf16, m, k, static_cast<int>(m % (block_m / 2)));
+  }
   maps.m = m;
   maps.k = k;
   maps.block_m = block_m;
@@ -1180,6 +1181,7 @@ void launch_kernel(const Plan& plan, const ActivationMaps* maps, const Nvfp4Acti
   const ActivationMaps none{};
   const ActivationMaps& am = maps != nullptr ? *maps : none;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel_for(plan.config, nvfp4 != nullptr), am.tile, am.half_tile, am.group, am.edge,
+                                am.half_edge,
                                 am.k % kBlockK != 0 ? 1 : 0, packed, out, out_type,
                                 static_cast<int>(m), static_cast<int>(n), static_cast<int>(plan.k_blocks), plan.split_k,
                                 kernel_alpha, timeline, out_map, out_part_map, tma_store ? 1 : 0, programmatic ? 1 : 0,

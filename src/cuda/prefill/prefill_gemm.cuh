@@ -39,7 +39,8 @@ struct ActivationMaps {
   CUtensorMap tile{};
   CUtensorMap half_tile{};
   CUtensorMap group{};
-  CUtensorMap edge{};  // boxes of m % block_m rows for the last row of tiles (not persistent)
+  CUtensorMap edge{};       // boxes of m % block_m rows: the last row of tiles where M ends inside it
+  CUtensorMap half_edge{};  // m % (block_m / 2) rows: a persistent CTA's half tile there
   std::int64_t m = 0, k = 0;
   int block_m = 0, copy_group = 0;
 };

@@ -1083,17 +1083,18 @@ CUtensorMap make_output_map(void* out, OutputType type, std::int64_t m, std::int
   return map;
 }
 
-// `group` 0: 2D, boxes of kBlockK x block_m. Otherwise 3D [K / kBlockK whole K blocks][m][kBlockK]
-// (strides 128 bytes and k * 2 bytes), boxes of `group` K blocks x block_m rows x kBlockK: what
+// `box_rows`: a tile's rows, half of them, or the rows an edge unit holds (ActivationMaps).
+// `group` 0: 2D, boxes of kBlockK x box_rows. Otherwise 3D [K / kBlockK whole K blocks][m][kBlockK]
+// (strides 128 bytes and k * 2 bytes), boxes of `group` K blocks x box_rows x kBlockK: what
 // `group` 2D boxes at consecutive K blocks would write, in one copy. A partial last K block is
 // outside it (the kernel copies it through the 2D map).
-CUtensorMap make_activation_map(const void* act_bf16, std::int64_t m, std::int64_t k, int block_m, int group = 0) {
+CUtensorMap make_activation_map(const void* act_bf16, std::int64_t m, std::int64_t k, int box_rows, int group = 0) {
   const EncodeTiled encode = encode_tiled();
   CUtensorMap map{};
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(group > 0 ? kBlockK : k), static_cast<cuuint64_t>(m),
                               static_cast<cuuint64_t>(std::max<std::int64_t>(1, k / kBlockK))};
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(k) * 2, static_cast<cuuint64_t>(kBlockK) * 2};
-  const cuuint32_t box[3] = {static_cast<cuuint32_t>(kBlockK), static_cast<cuuint32_t>(block_m),
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(kBlockK), static_cast<cuuint32_t>(box_rows),
                              static_cast<cuuint32_t>(group)};
   const cuuint32_t element_strides[3] = {1, 1, 1};
   const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, group > 0 ? 3 : 2, const_cast<void*>(act_bf16),
@@ -1103,7 +1104,7 @@ CUtensorMap make_activation_map(const void* act_bf16, std::int64_t m, std::int64
   if (r != CUDA_SUCCESS) {
     std::ostringstream os;
     os << "cuTensorMapEncodeTiled failed (CUresult " << static_cast<int>(r) << ") for bf16 [" << m << ", " << k
-       << "], box " << kBlockK << " x " << block_m;
+       << "], box " << kBlockK << " x " << box_rows;
     if (group > 0) os << " x " << group << " K blocks";
     throw RuntimeError(os.str());
   }

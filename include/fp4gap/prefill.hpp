@@ -215,10 +215,10 @@ NamedCandidate find_candidate(const std::vector<PlanCandidate>& candidates, cons
 
 // The entry of `cache` that the prefill backends follow for `problem` on `device`: the one for
 // exactly this problem; else an entry of another M (same device, backend, N, K, output) that timed
-// the very launches its plans make at this M: each of its plans has as many row tiles at both M
-// (so the same grid, split and K range per CTA; only the rows of data in the last row of tiles differ) and `policy`, the
-// plan the backend runs without a cache here, is one of them. Of those the nearest M, the larger
-// on a tie: an entry at M = 128 whose plans have tiles of 64 and 128 rows serves M = 65-128, one
+// the launches its plans make at this M: each of its plans has as many row tiles at both M (so the
+// same grid, split and K range per CTA; only the rows of data in the last row of tiles differ) and
+// `policy`, the plan the backend runs without a cache here, is one of them. Of those the nearest
+// M, the larger on a tie: an entry at M = 128 whose plans have tiles of 64 and 128 rows serves M = 65-128, one
 // that also measured a 32-row tile M = 97-128. nullptr: none.
 const tune::Entry* tuned_entry(const tune::Cache& cache, const tune::DeviceKey& device, const tune::ProblemKey& problem,
                                const Plan& policy);

@@ -470,7 +470,7 @@ bool times_the_same_launches(const tune::Entry& entry, std::int64_t m, const Pla
 }  // namespace
 
 const tune::Entry* tuned_entry(const tune::Cache& cache, const tune::DeviceKey& device, const tune::ProblemKey& problem,
-                             const Plan& policy) {
+                               const Plan& policy) {
   if (const tune::Entry* exact = cache.find(device, problem)) return exact;
   const tune::Entry* nearest = nullptr;
   for (const tune::Entry& e : cache.entries()) {
@@ -488,7 +488,8 @@ TunedChoice tuned_plan(const std::string& backend, std::int64_t m, std::int64_t 
                        const DeviceContext& device, const std::vector<PlanCandidate>& candidates, const Plan& policy) {
   const tune::Cache* cache = tune::active_cache();
   if (cache == nullptr) return {};
-  const tune::Entry* entry = tuned_entry(*cache, tune::device_key(device), tune::ProblemKey{backend, m, n, k, out}, policy);
+  const tune::Entry* entry =
+      tuned_entry(*cache, tune::device_key(device), tune::ProblemKey{backend, m, n, k, out}, policy);
   if (entry == nullptr) return {};
   // An entry of another M says which one, so a row names the measurement it follows.
   const std::string at = entry->problem.m == m ? std::string()

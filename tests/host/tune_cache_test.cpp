@@ -198,7 +198,8 @@ TEST(TunedPlan, RunsTheFastestVerifiedPlanOfTheActiveCache) {
   const prefill::Plan policy = prefill::best_candidate(candidates)->plan;
 
   clear_active_cache();
-  EXPECT_FALSE(prefill::tuned_plan("fp4gap-prefill-w4a16", 128, 6144, 2048, OutputType::bf16, device, candidates, policy).plan);
+  EXPECT_FALSE(
+      prefill::tuned_plan("fp4gap-prefill-w4a16", 128, 6144, 2048, OutputType::bf16, device, candidates, policy).plan);
 
   use_cache_file(path);
   const prefill::TunedChoice t =
@@ -218,7 +219,8 @@ TEST(TunedPlan, RunsTheFastestVerifiedPlanOfTheActiveCache) {
   }
   DeviceContext h100 = device;
   h100.name = "NVIDIA H100 80GB HBM3";
-  EXPECT_FALSE(prefill::tuned_plan("fp4gap-prefill-w4a16", 128, 6144, 2048, OutputType::bf16, h100, candidates, policy).plan);
+  EXPECT_FALSE(
+      prefill::tuned_plan("fp4gap-prefill-w4a16", 128, 6144, 2048, OutputType::bf16, h100, candidates, policy).plan);
   clear_active_cache();
 }
 

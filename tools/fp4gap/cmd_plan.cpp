@@ -78,7 +78,8 @@ void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& 
   const tune::Entry* tuned =
       cache == nullptr ? nullptr
                        : prefill::tuned_entry(*cache, tune::device_key(device),
-                                              tune::ProblemKey{"fp4gap-prefill-w4a16", s.m, s.n, s.k, s.out_type}, chosen);
+                                              tune::ProblemKey{"fp4gap-prefill-w4a16", s.m, s.n, s.k, s.out_type},
+                                              chosen);
   if (cache != nullptr) {
     const prefill::TunedChoice t =
         prefill::tuned_plan("fp4gap-prefill-w4a16", s.m, s.n, s.k, s.out_type, device, c, chosen);

@@ -164,7 +164,8 @@ __device__ __forceinline__ void store_staged_tile(const float* staged, void* out
 template <int BM, int STAGES, bool PERSISTENT, int GROUP, bool DEQUANT_ACT = false>
 __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
     prefill_gemm_kernel(const __grid_constant__ CUtensorMap act_map, const __grid_constant__ CUtensorMap act_half_map,
-                        const __grid_constant__ CUtensorMap act_group_map, const __grid_constant__ CUtensorMap act_edge_map,
+                        const __grid_constant__ CUtensorMap act_group_map,
+                        const __grid_constant__ CUtensorMap act_edge_map,
                         const __grid_constant__ CUtensorMap act_half_edge_map, int k_tail,
                         const std::uint8_t* __restrict__ weights, void* __restrict__ out, OutputType out_type, int m,
                         int n, int k_blocks, int split_k, float alpha, std::uint64_t* __restrict__ timeline,
@@ -306,7 +307,8 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
         // A half tile's activations fill the first half of the stage's tile, an edge unit's its
         // first rows.
         const bool edge = at_edge(unit);
-        const CUtensorMap* map = unit.half ? (edge ? &act_half_edge_map : &act_half_map) : edge ? &act_edge_map : &act_map;
+        const CUtensorMap* map =
+            unit.half ? (edge ? &act_half_edge_map : &act_half_map) : (edge ? &act_edge_map : &act_map);
         for (int kb = static_cast<int>(kr.begin); kb < static_cast<int>(kr.end); kb += GROUP, ++loaded) {
           const int nb = group_blocks(kb);
           const bool act_2d = edge || act_tile_2d(kb, nb);
@@ -882,9 +884,9 @@ __global__ void dequantize_bf16_kernel(const std::uint8_t* __restrict__ codes, c
   dst[1] = make_uint4(v[4], v[5], v[6], v[7]);
 }
 
-using KernelFn = void (*)(CUtensorMap, CUtensorMap, CUtensorMap, CUtensorMap, CUtensorMap, int, const std::uint8_t*, void*, OutputType, int, int,
-                          int, int, float, std::uint64_t*, CUtensorMap, CUtensorMap, int, int, std::uint8_t*,
-                          const std::uint8_t*, const std::uint8_t*);
+using KernelFn = void (*)(CUtensorMap, CUtensorMap, CUtensorMap, CUtensorMap, CUtensorMap, int, const std::uint8_t*,
+                          void*, OutputType, int, int, int, int, float, std::uint64_t*, CUtensorMap, CUtensorMap, int,
+                          int, std::uint8_t*, const std::uint8_t*, const std::uint8_t*);
 
 // `dequant_act`: the instantiation taking NVFP4 activations (TileConfig::dequantizes_activations).
 KernelFn kernel_for(const TileConfig& c, bool dequant_act = false) {
@@ -1181,9 +1183,8 @@ void launch_kernel(const Plan& plan, const ActivationMaps* maps, const Nvfp4Acti
   const CUtensorMap out_part_map = part_rows > 0 ? make_output_map(out, out_type, m, n, part_rows) : CUtensorMap{};
   const ActivationMaps none{};
   const ActivationMaps& am = maps != nullptr ? *maps : none;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel_for(plan.config, nvfp4 != nullptr), am.tile, am.half_tile, am.group, am.edge,
-                                am.half_edge,
-                                am.k % kBlockK != 0 ? 1 : 0, packed, out, out_type,
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel_for(plan.config, nvfp4 != nullptr), am.tile, am.half_tile, am.group,
+                                am.edge, am.half_edge, am.k % kBlockK != 0 ? 1 : 0, packed, out, out_type,
                                 static_cast<int>(m), static_cast<int>(n), static_cast<int>(plan.k_blocks), plan.split_k,
                                 kernel_alpha, timeline, out_map, out_part_map, tma_store ? 1 : 0, programmatic ? 1 : 0,
                                 plan.workspace_bytes() > 0 ? static_cast<std::uint8_t*>(workspace) : nullptr,

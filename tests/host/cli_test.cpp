@@ -429,6 +429,20 @@ TEST(Cli, PlanShowsTheMeasuredTimesOfATuneCache) {
   EXPECT_TRUE(has(r.out, "tune cache: no entry for this device and shape")) << r.out;  // W13 and seed
   EXPECT_TRUE(has(r.out, "          10.8  -")) << r.out;
   EXPECT_TRUE(has(r.out, "          11.7  cluster")) << r.out;
+  // M = 100 cuts W2 into the same row tiles for both measured plans (m128: 1, m64: 2): the entry
+  // of 128 serves it and says so. M = 64 is not served (m64 would run 1 row tile, not 2, and the
+  // policy's pick there was not measured).
+  const std::string cache_arg = " --device 'H200 SXM' --tune-cache '" + (dir / "t.json").string() + "'";
+  const CliResult near = run_cli("plan --n 6144 --k 2048 --m 100" + cache_arg);
+  ASSERT_EQ(near.code, 0) << near.err;
+  EXPECT_TRUE(has(near.out, "tune cache: fp4gap-prefill-w4a16 runs " + configs[9].name() +
+                                ", split-k 1 (tuned on this device at M = 128 (the same tiles as at M = 100): 10.79 us "
+                                "against the policy's pick's 11.70)"))
+      << near.out;
+  EXPECT_TRUE(has(near.out, "          10.8  -")) << near.out;
+  const CliResult far = run_cli("plan --n 6144 --k 2048 --m 64" + cache_arg);
+  ASSERT_EQ(far.code, 0) << far.err;
+  EXPECT_TRUE(has(far.out, "tune cache: no entry for this device and shape")) << far.out;
   const CliResult plain = run_cli("plan --preset glm5 --m 128 --device 'H200 SXM'");
   ASSERT_EQ(plain.code, 0) << plain.err;
   EXPECT_FALSE(has(plain.out, "measured us")) << plain.out;

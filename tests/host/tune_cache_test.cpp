@@ -306,9 +306,12 @@ TEST(TunedPlan, AnEntryOfAnotherMServesTheMWhereItsPlansRunTheSameTiles) {
   EXPECT_EQ(t.plan->m_tiles, (100 + other.block_m - 1) / other.block_m);
   EXPECT_EQ(t.note, "tuned on this device at M = 128 (the same tiles as at M = 100): 10.00 us against the policy's "
                     "pick's 12.00");
-  // At M = 64 the 64-row tiles are one per column, not two as at 128: not the launches measured.
+  // At M = 64 the 64-row tiles are one per column, not two as at 128: not the launches measured,
+  // even where the policy would run a plan the entry measured.
   const auto at_64 = candidates_at(64);
-  EXPECT_FALSE(tuned(64, at_64, prefill::best_candidate(at_64)->plan).plan.has_value());
+  const prefill::Plan measured_policy_at_64 =
+      prefill::make_plan(64, n, k, policy_100.config, policy_100.split_k, policy_100.reduction);
+  EXPECT_FALSE(tuned(64, at_64, measured_policy_at_64).plan.has_value());
   // A policy pick the entry did not measure (m256 here): the entry says nothing of it.
   const prefill::Plan m256 = prefill::make_plan(100, n, k, configs[0], 1);
   EXPECT_FALSE(tuned(100, at_100, m256).plan.has_value());

@@ -58,12 +58,17 @@ GemmInputs make_gemm_inputs(const GemmProblem& problem, std::uint64_t seed,
 // the CTAs it launches, how many of them the device holds at once (clusters and shared memory
 // counted), and the tiles of equal work they run: as many as the CTAs, or more where persistent
 // CTAs loop over tiles. `halved_wave_cost`: where a persistent launch runs its partial last wave
-// as half tiles, that wave's time in whole tiles (0: no such wave).
+// as half tiles, that wave's time in whole tiles (0: no such wave). `m` (0: not said), `tile_rows`,
+// `row_tiles`: the GEMM's rows and how its tiles cover them, row_tiles = ceil(m / tile_rows); the
+// rows past m cost tensor work that no output keeps.
 struct LaunchFill {
   std::int64_t ctas = 0;
   std::int64_t ctas_at_once = 0;
   std::int64_t tiles = 0;
   double halved_wave_cost = 0.0;
+  std::int64_t m = 0;
+  std::int64_t tile_rows = 0;
+  std::int64_t row_tiles = 0;
 };
 
 // One backend prepared for one problem: its operands resident (on the device for GPU backends),

@@ -58,10 +58,14 @@ TileCoverage tile_coverage(const GemmProblem& p, int sm_count, int tile_m = 128,
 // A launch's fill in waves and the share of SM time it leaves idle, every tile counted as the same
 // work and each wave as long as one tile (a halved last wave as `halved_wave_cost`). An SM holds
 // max(ctas_at_once, sm_count) / sm_count CTAs, so clusters that leave SMs empty count as idle.
-// E.g. 96 CTAs on 132 SMs: "launch: 96 CTAs for 132 SMs, 1 wave, 27% of SM time idle".
+// E.g. 96 CTAs on 132 SMs: "launch: 96 CTAs for 132 SMs, 1 wave, 27% of SM time idle". Where the
+// fill says how the tiles cover M and they reach past it by at least kRowsPastMShown of the rows:
+// "..., tiles of 128 rows cover 640 for M = 520 (19% past M)".
+inline constexpr double kRowsPastMShown = 0.05;
 struct LaunchFillSummary {
   double waves = 0.0;
   double idle_fraction = 0.0;
+  double rows_past_m = 0.0;  // share of the tiles' rows past M (0: none, or not said)
   std::string text;
 };
 LaunchFillSummary summarize_launch_fill(const LaunchFill& f, int sm_count);

@@ -192,7 +192,9 @@ class PrefillRunner final : public GemmRunner {
   bool on_device() const override { return true; }
   // The GEMM's launch (W4A4's activation pass before it is not counted).
   std::optional<LaunchFill> launch_fill() const override {
-    return prefill::launch_fill(plan_, prefill::concurrent_ctas(plan_.config, plan_.cluster_size()));
+    LaunchFill fill = prefill::launch_fill(plan_, prefill::concurrent_ctas(plan_.config, plan_.cluster_size()));
+    fill.m = p_.m;
+    return fill;
   }
 
  private:

@@ -114,6 +114,14 @@ LaunchFillSummary summarize_launch_fill(const LaunchFill& f, int sm_count) {
        << ", tiles = " << f.tiles << ", halved_wave_cost = " << f.halved_wave_cost;
     throw InvalidArgument(os.str());
   }
+  const bool rows_said = f.m != 0;
+  if (rows_said && (f.m < 1 || f.tile_rows < 1 || f.row_tiles != ceil_div(f.m, f.tile_rows))) {
+    std::ostringstream os;
+    os << "summarize_launch_fill needs row_tiles = ceil(m / tile_rows) with m, tile_rows >= 1 where it says how "
+          "the tiles cover M: m = "
+       << f.m << ", tile_rows = " << f.tile_rows << ", row_tiles = " << f.row_tiles;
+    throw InvalidArgument(os.str());
+  }
   LaunchFillSummary s;
   s.waves = halved ? static_cast<double>(f.tiles / resident) + f.halved_wave_cost
                    : static_cast<double>(ceil_div(f.tiles, resident));
@@ -129,6 +137,14 @@ LaunchFillSummary summarize_launch_fill(const LaunchFill& f, int sm_count) {
     os << static_cast<std::int64_t>(s.waves) << (s.waves == 1.0 ? " wave" : " waves");
   }
   os << ", " << format_fixed(s.idle_fraction * 100.0, 0) << "% of SM time idle";
+  if (rows_said) {
+    const std::int64_t covered = f.row_tiles * f.tile_rows;
+    s.rows_past_m = 1.0 - static_cast<double>(f.m) / static_cast<double>(covered);
+    if (s.rows_past_m >= kRowsPastMShown) {
+      os << ", tiles of " << f.tile_rows << " rows cover " << covered << " for M = " << f.m << " ("
+         << format_fixed(s.rows_past_m * 100.0, 0) << "% past M)";
+    }
+  }
   s.text = os.str();
   return s;
 }

@@ -309,6 +309,8 @@ LaunchFill launch_fill(const Plan& plan, int ctas_at_once) {
   f.tiles = plan.ctas();
   f.ctas = plan.config.persistent ? std::min<std::int64_t>(f.tiles, ctas_at_once) : f.tiles;
   f.ctas_at_once = ctas_at_once;
+  f.tile_rows = plan.config.block_m;
+  f.row_tiles = plan.m_tiles;
   if (plan.config.persistent && persistent_schedule(f.tiles, f.ctas).halved_tiles > 0) {
     const TileCost& c = tile_cost(plan.config);
     f.halved_wave_cost = c.half_per_k_block_us / c.per_k_block_us;

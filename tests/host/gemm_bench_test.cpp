@@ -286,7 +286,12 @@ TEST(GemmBench, RunnersLaunchFillReplacesTheTileCount) {
   DeviceFixture f;
   FakeBackend own("own", {.on_device = true, .fill = LaunchFill{.ctas = 96, .ctas_at_once = 132, .tiles = 96}});
   FakeBackend nonsense("nonsense", {.on_device = true, .fill = LaunchFill{.ctas = 96, .ctas_at_once = 0, .tiles = 96}});
-  const std::vector<GemmRow> rows = run_gemm_bench({{"", small_w4a4(), Status::ok()}}, {&own, &nonsense}, f.o);
+  // M = 16 on tiles of 64 rows: the report says how far they reach past M.
+  FakeBackend padded("padded", {.on_device = true,
+                                .fill = LaunchFill{.ctas = 96, .ctas_at_once = 132, .tiles = 96, .m = 16,
+                                                   .tile_rows = 64, .row_tiles = 1}});
+  const std::vector<GemmRow> rows =
+      run_gemm_bench({{"", small_w4a4(), Status::ok()}}, {&own, &nonsense, &padded}, f.o);
   const GemmRow& r = row_of(rows, "own");
   ASSERT_EQ(r.status, RowStatus::passed) << r.reason;
   EXPECT_NE(r.bound_reason.find("; launch: 96 CTAs for 132 SMs, 1 wave, 27% of SM time idle"), std::string::npos)
@@ -296,6 +301,10 @@ TEST(GemmBench, RunnersLaunchFillReplacesTheTileCount) {
   ASSERT_EQ(n.status, RowStatus::passed) << n.reason;
   EXPECT_EQ(n.bound_reason.find("launch:"), std::string::npos) << n.bound_reason;
   EXPECT_NE(n.warnings.find("launch fill not shown: summarize_launch_fill needs"), std::string::npos) << n.warnings;
+  const GemmRow& p = row_of(rows, "padded");
+  EXPECT_NE(p.bound_reason.find("27% of SM time idle, tiles of 64 rows cover 64 for M = 16 (75% past M)"),
+            std::string::npos)
+      << p.bound_reason;
 }
 
 TEST(GemmBench, LastInputSetIsVerifiedToo) {

@@ -285,6 +285,10 @@ TEST(PrefillPlan, LaunchFillCountsTheCtasItLaunches) {
   EXPECT_EQ(plain.tiles, 96);
   EXPECT_EQ(plain.ctas_at_once, 132);
   EXPECT_EQ(plain.halved_wave_cost, 0.0);
+  // How the tiles cover M (the runner adds M itself): 2 rows of 256-row tiles.
+  EXPECT_EQ(plain.tile_rows, 256);
+  EXPECT_EQ(plain.row_tiles, 2);
+  EXPECT_EQ(plain.m, 0);
   const LaunchFill split = launch_fill(make_plan(256, 2048, 6144, config(128, false), 4), 120);
   EXPECT_EQ(split.ctas, 128);
   EXPECT_EQ(split.tiles, 128);

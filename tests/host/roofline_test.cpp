@@ -155,6 +155,44 @@ TEST(LaunchFill, PersistentCtasCountTilesAndAHalvedLastWave) {
             "time idle");
 }
 
+TEST(LaunchFill, SaysHowFarTheTilesReachPastM) {
+  // W2 at M = 520 on m128 G3 unsplit: 5 x 48 tiles, 640 rows for 520.
+  const LaunchFillSummary s = summarize_launch_fill(
+      {.ctas = 240, .ctas_at_once = 132, .tiles = 240, .m = 520, .tile_rows = 128, .row_tiles = 5}, 132);
+  EXPECT_DOUBLE_EQ(s.rows_past_m, 1.0 - 520.0 / 640.0);
+  EXPECT_EQ(s.text,
+            "launch: 240 CTAs, 132 at once, for 132 SMs, 2 waves, 9% of SM time idle, tiles of 128 rows cover 640 "
+            "for M = 520 (19% past M)");
+  // Under 5% past M (1 row of 32 tiles' 4096): counted, not said.
+  const LaunchFillSummary few = summarize_launch_fill(
+      {.ctas = 128, .ctas_at_once = 132, .tiles = 128, .m = 4095, .tile_rows = 256, .row_tiles = 16}, 132);
+  EXPECT_DOUBLE_EQ(few.rows_past_m, 1.0 / 4096.0);
+  EXPECT_EQ(few.text.find("past M"), std::string::npos) << few.text;
+  // Whole tiles, or M not said: nothing.
+  EXPECT_EQ(summarize_launch_fill({.ctas = 96, .ctas_at_once = 132, .tiles = 96, .m = 512, .tile_rows = 256,
+                                   .row_tiles = 2},
+                                  132)
+                .rows_past_m,
+            0.0);
+  EXPECT_EQ(summarize_launch_fill({.ctas = 96, .ctas_at_once = 132, .tiles = 96, .tile_rows = 128, .row_tiles = 5}, 132)
+                .text.find("past M"),
+            std::string::npos);
+  // Tiles that do not cover M, or more of them than M needs: refused with the numbers.
+  for (const LaunchFill bad : {LaunchFill{.ctas = 96, .ctas_at_once = 132, .tiles = 96, .m = 520, .tile_rows = 128,
+                                          .row_tiles = 4},
+                               LaunchFill{.ctas = 96, .ctas_at_once = 132, .tiles = 96, .m = 520, .tile_rows = 128,
+                                          .row_tiles = 6},
+                               LaunchFill{.ctas = 96, .ctas_at_once = 132, .tiles = 96, .m = 520, .tile_rows = 0,
+                                          .row_tiles = 5}}) {
+    try {
+      summarize_launch_fill(bad, 132);
+      ADD_FAILURE() << "accepted row_tiles = " << bad.row_tiles << ", tile_rows = " << bad.tile_rows;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("row_tiles = ceil(m / tile_rows)"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(LaunchFill, RefusesWhatNoLaunchLooksLike) {
   for (const LaunchFill bad : {LaunchFill{.ctas = 0, .ctas_at_once = 132, .tiles = 0},
                                LaunchFill{.ctas = 96, .ctas_at_once = 0, .tiles = 96},

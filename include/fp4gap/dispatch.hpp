@@ -1,8 +1,11 @@
 #pragma once
 // Which fp4gap kernel family serves a shape: the decode kernels (mma.sync, any sm_80+ GPU, M <= 64)
 // or the Hopper prefill kernels (wgmma, sm_90a, any M). Plain C++, host-tested; the dispatching
-// backends fp4gap-w4a16 and fp4gap-w4a4 (src/backends/dispatch_backends.cu) follow it.
+// backends fp4gap-w4a16 and fp4gap-w4a4 (src/backends/dispatch_backends.cu) follow it, or, where a
+// tune cache timed both families for the very problem on this device, the measurement
+// (tune::tuned_family).
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 #include "fp4gap/status.hpp"
@@ -50,9 +53,11 @@ struct FamilyChoice {
 };
 
 // `largest_decode_m`: the largest M decode takes when both serve the shape (decode_max_m above).
-// `decode` and `prefill`: what those backends' supports() answered for the problem. An invalid
-// problem (e.g. K % 32 != 0) is reported as the decode family says it.
+// `decode` and `prefill`: what those backends' supports() answered for the problem. `measured`:
+// the family `fp4gap tune` measured faster for this problem on this device (tune::tuned_family),
+// which decides instead of `largest_decode_m` where both serve it. An invalid problem (e.g.
+// K % 32 != 0) is reported as the decode family says it.
 FamilyChoice choose_kernel_family(std::int64_t m, std::int64_t largest_decode_m, const Status& decode,
-                                  const Status& prefill);
+                                  const Status& prefill, std::optional<KernelFamily> measured = std::nullopt);
 
 }  // namespace fp4gap

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "fp4gap/backend.hpp"
+#include "fp4gap/dispatch.hpp"
 #include "fp4gap/problem.hpp"
 
 namespace fp4gap::tune {
@@ -49,6 +50,19 @@ struct MeasuredPlan {
   std::string note;                  // why not passed, or the runner's own config line
 };
 
+// Where both kernel families serve the problem (M <= decode::kMaxM): the decode kernel and the
+// prefill kernel (the entry's fastest verified plan, else the policy's pick) timed in one run
+// behind `after`, as a serving graph runs a GEMM and as the dispatching backends' boundary was fit
+// (a norm for W4A16, the activation quantizer for W4A4; include/fp4gap/dispatch.hpp).
+struct FamilyTiming {
+  std::string after;           // timing.hpp's predecessor name, e.g. "norm"
+  std::string decode_config;   // the decode runner's config line
+  std::string prefill_config;  // the prefill plan timed
+  std::optional<double> decode_us, prefill_us;  // graph-timed medians; nullopt: not verified or not timed
+  // The faster of the two; nullopt when either time is missing.
+  std::optional<KernelFamily> faster() const;
+};
+
 struct Entry {
   DeviceKey device;
   ProblemKey problem;
@@ -56,6 +70,7 @@ struct Entry {
   int policy_split_k = 1;
   bool policy_workspace_reduction = false;
   std::vector<MeasuredPlan> measured;
+  std::optional<FamilyTiming> families;  // absent where only the prefill kernel serves the problem
   std::string build;          // fp4gap commit that measured it (build_info)
   std::string driver;         // CUDA driver version
 
@@ -93,5 +108,16 @@ void use_cache_file(const std::string& path);
 void clear_active_cache();
 const Cache* active_cache();
 std::string active_cache_note();          // one line for the report header; empty without one
+
+// The kernel family the active cache measured faster for exactly this problem on `device` (the
+// entry of fp4gap-prefill-w4a16 / -w4a4 holding FamilyTiming), with a note saying so; nullopt:
+// no such measurement. Only the exact M: the decode kernel's time grows with M where the prefill
+// tile's does not, so no other M stands in.
+struct TunedFamily {
+  KernelFamily family = KernelFamily::decode;
+  std::string note;  // e.g. "measured after norm: decode 8.10 us, prefill 9.02 us"
+};
+std::optional<TunedFamily> tuned_family(bool w4a4, std::int64_t m, std::int64_t n, std::int64_t k, OutputType out,
+                                        const DeviceContext& device);
 
 }  // namespace fp4gap::tune

@@ -6,8 +6,11 @@
 // kernel that ran.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include <cuda_runtime.h>
 
@@ -16,9 +19,34 @@
 #include "fp4gap/cuda_api.hpp"
 #include "fp4gap/backend.hpp"
 #include "fp4gap/dispatch.hpp"
+#include "fp4gap/tune_cache.hpp"
 
 namespace fp4gap {
 namespace {
+
+// The runner of the family a tune cache chose: the family's own runner, its config line saying why.
+class TunedFamilyRunner final : public GemmRunner {
+ public:
+  TunedFamilyRunner(std::unique_ptr<GemmRunner> runner, std::string why)
+      : runner_(std::move(runner)), why_(std::move(why)) {}
+  int input_sets() const override { return runner_->input_sets(); }
+  void run(int set, void* stream) override { runner_->run(set, stream); }
+  void poison_output() override { runner_->poison_output(); }
+  std::vector<float> read_output(int set) override { return runner_->read_output(set); }
+  OperandView a_operand() const override { return runner_->a_operand(); }
+  OperandView b_operand() const override { return runner_->b_operand(); }
+  double alpha() const override { return runner_->alpha(); }
+  std::string config() const override { return runner_->config() + "; " + why_; }
+  double tensor_core_error_bound() const override { return runner_->tensor_core_error_bound(); }
+  bool on_device() const override { return runner_->on_device(); }
+  std::uint16_t* bf16_activations(int set) override { return runner_->bf16_activations(set); }
+  bool request_programmatic_launch() override { return runner_->request_programmatic_launch(); }
+  std::optional<LaunchFill> launch_fill() const override { return runner_->launch_fill(); }
+
+ private:
+  std::unique_ptr<GemmRunner> runner_;
+  std::string why_;
+};
 
 class DispatchBackend final : public GemmBackend {
  public:
@@ -30,7 +58,8 @@ class DispatchBackend final : public GemmBackend {
                      std::to_string(kDecodeMaxMWeightElements) + " elements)" +
                      ", the Hopper prefill kernel above (where only one of them serves the shape, that one); the "
                      "boundary is fit behind another kernel (fp4gap gemm --after norm|quantize), back to back the "
-                     "prefill kernel wins from M = 9-13") {}
+                     "prefill kernel wins from M = 9-13; a tune cache that timed both for the problem on this device "
+                     "decides instead (fp4gap tune)") {}
 
   std::string_view name() const override { return name_; }
   std::string_view description() const override { return description_; }
@@ -42,9 +71,17 @@ class DispatchBackend final : public GemmBackend {
   std::unique_ptr<GemmRunner> prepare(const GemmInputs& inputs, int input_sets) override {
     int ordinal = 0;
     CUDA_CHECK(cudaGetDevice(&ordinal));
-    const FamilyChoice c = choose(inputs.problem, query_device(ordinal));
+    const DeviceContext device = query_device(ordinal);
+    const FamilyChoice c = choose(inputs.problem, device);
     if (!c.status.is_ok()) throw InvalidArgument(std::string(name_) + ": " + c.status.reason);
-    return backend(c.family).prepare(inputs, input_sets);
+    std::unique_ptr<GemmRunner> runner = backend(c.family).prepare(inputs, input_sets);
+    const GemmProblem& p = inputs.problem;
+    if (const std::optional<tune::TunedFamily> tuned = tune::tuned_family(w4a4_, p.m, p.n, p.k, p.out_type, device);
+        tuned && tuned->family == c.family) {
+      return std::make_unique<TunedFamilyRunner>(
+          std::move(runner), std::string(to_string(c.family)) + " kernel by the tune cache (" + tuned->note + ")");
+    }
+    return runner;
   }
 
  private:
@@ -56,7 +93,10 @@ class DispatchBackend final : public GemmBackend {
   FamilyChoice choose(const GemmProblem& p, const DeviceContext& device) const {
     const Status decode = backend(KernelFamily::decode).supports(p, device);
     const Status prefill = backend(KernelFamily::prefill).supports(p, device);
-    return choose_kernel_family(p.m, decode_max_m(w4a4_, p.n, p.k), decode, prefill);
+    // A tune cache that timed both families for this very problem on this device decides.
+    const std::optional<tune::TunedFamily> tuned = tune::tuned_family(w4a4_, p.m, p.n, p.k, p.out_type, device);
+    return choose_kernel_family(p.m, decode_max_m(w4a4_, p.n, p.k), decode, prefill,
+                                tuned ? std::optional<KernelFamily>(tuned->family) : std::nullopt);
   }
 
   std::string_view name_, decode_, prefill_;

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fp4gap/report.hpp"
 #include "fp4gap/status.hpp"
 
 namespace fp4gap::tune {
@@ -45,6 +46,12 @@ Json to_json(const Entry& e) {
                           {"split_k", e.policy_split_k},
                           {"workspace_reduction", e.policy_workspace_reduction}}},
               {"measured", measured},
+              {"families", e.families ? Json{{"after", e.families->after},
+                                             {"decode_config", e.families->decode_config},
+                                             {"prefill_config", e.families->prefill_config},
+                                             {"decode_us", opt(e.families->decode_us)},
+                                             {"prefill_us", opt(e.families->prefill_us)}}
+                                      : Json(nullptr)},
               {"build", e.build},
               {"driver", e.driver}};
 }
@@ -126,6 +133,17 @@ Entry entry_from_json(const Json& j, const Reader& r) {
     p.note = r.str(m, "note");
     e.measured.push_back(std::move(p));
   }
+  // Optional: caches written before the family timings were measured have no such field.
+  if (j.contains("families") && !j.at("families").is_null()) {
+    const Json& f = r.at(j, "families");
+    FamilyTiming t;
+    t.after = r.str(f, "after");
+    t.decode_config = r.str(f, "decode_config");
+    t.prefill_config = r.str(f, "prefill_config");
+    t.decode_us = r.optional_number(f, "decode_us");
+    t.prefill_us = r.optional_number(f, "prefill_us");
+    e.families = std::move(t);
+  }
   e.build = r.str(j, "build");
   e.driver = r.str(j, "driver");
   return e;
@@ -135,6 +153,11 @@ Entry entry_from_json(const Json& j, const Reader& r) {
 
 DeviceKey device_key(const DeviceContext& device) {
   return DeviceKey{device.name, device.sm_count, device.cc_major, device.cc_minor};
+}
+
+std::optional<KernelFamily> FamilyTiming::faster() const {
+  if (!decode_us || !prefill_us) return std::nullopt;
+  return *decode_us <= *prefill_us ? KernelFamily::decode : KernelFamily::prefill;
 }
 
 std::optional<std::size_t> Entry::best() const {
@@ -285,6 +308,19 @@ const Cache* active_cache() {
   const std::lock_guard lock(a.mutex);
   read_environment(a);
   return a.cache ? &*a.cache : nullptr;
+}
+
+std::optional<TunedFamily> tuned_family(bool w4a4, std::int64_t m, std::int64_t n, std::int64_t k, OutputType out,
+                                        const DeviceContext& device) {
+  const Cache* cache = active_cache();
+  if (cache == nullptr) return std::nullopt;
+  const Entry* e =
+      cache->find(device_key(device), ProblemKey{w4a4 ? "fp4gap-prefill-w4a4" : "fp4gap-prefill-w4a16", m, n, k, out});
+  if (e == nullptr || !e->families || !e->families->faster()) return std::nullopt;
+  std::ostringstream os;
+  os << "measured after " << e->families->after << ": decode " << format_fixed(*e->families->decode_us, 2)
+     << " us, prefill " << format_fixed(*e->families->prefill_us, 2) << " us";
+  return TunedFamily{*e->families->faster(), os.str()};
 }
 
 std::string active_cache_note() {

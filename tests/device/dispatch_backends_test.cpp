@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 
 #include "fp4gap/backend.hpp"
 #include "fp4gap/dispatch.hpp"
+#include "fp4gap/tune_cache.hpp"
 #include "device_test_support.hpp"
 
 namespace fp4gap {
@@ -40,6 +42,51 @@ TEST(DispatchBackends, RunTheChosenFamilyCorrectly) {
       EXPECT_NE(config.find(decode ? "mma.sync" : "sm90a"), std::string::npos)
           << name << " at M = " << m << " ran " << config << ", seed " << seed
           << "; repro: build/gpu/tests/fp4gap_device_tests --gtest_filter='DispatchBackends.*'";
+    }
+  }
+}
+
+// A tune cache that timed both families for a problem decides there, on either side of the
+// boundary, and the row says so; without it the boundary decides again.
+TEST(DispatchBackends, FollowTheFamilyATuneCacheMeasuredFaster) {
+  REQUIRE_GPU();
+  const std::string path = (std::filesystem::temp_directory_path() / "fp4gap-tuned-family-test.json").string();
+  std::uint64_t seed = 950;
+  for (const bool w4a4 : {false, true}) {
+    const char* name = w4a4 ? "fp4gap-w4a4" : "fp4gap-w4a16";
+    // M = 32 takes the prefill kernel by the boundary, M = 8 the decode kernel: the cache says
+    // the opposite at each.
+    for (const std::int64_t m : {std::int64_t{32}, std::int64_t{8}}) {
+      const bool decode_by_cache = m > decode_max_m(w4a4, 384, 1024);
+      tune::Entry e;
+      e.device = tune::device_key(test::gpu());
+      e.problem = tune::ProblemKey{w4a4 ? "fp4gap-prefill-w4a4" : "fp4gap-prefill-w4a16", m, 384, 1024,
+                                   OutputType::bf16};
+      e.families = tune::FamilyTiming{"norm", "decode", "prefill", decode_by_cache ? 1.0 : 2.0,
+                                      decode_by_cache ? 2.0 : 1.0};
+      tune::Cache cache;
+      cache.put(e);
+      cache.save(path);
+      tune::use_cache_file(path);
+      const GemmProblem p{m, 384, 1024, w4a4 ? OperandFormat::nvfp4 : OperandFormat::bf16, OperandFormat::nvfp4,
+                          OutputType::bf16};
+      const Status prefill =
+          registered_backend(w4a4 ? "fp4gap-prefill-w4a4" : "fp4gap-prefill-w4a16").supports(p, test::gpu());
+      ASSERT_TRUE(prefill.is_ok()) << "both families must serve the problem: " << prefill.reason;
+      check_backend(name, p, ++seed, InputDistribution::random);
+      const std::string config =
+          registered_backend(name).prepare(make_gemm_inputs(p, seed, InputDistribution::random), 1)->config();
+      EXPECT_NE(config.find(decode_by_cache ? "mma.sync" : "sm90a"), std::string::npos) << name << " M = " << m << ": "
+                                                                                         << config;
+      EXPECT_NE(config.find(std::string(decode_by_cache ? "decode" : "prefill") +
+                            " kernel by the tune cache (measured after norm: decode "),
+                std::string::npos)
+          << config;
+      tune::clear_active_cache();
+      const std::string untuned =
+          registered_backend(name).prepare(make_gemm_inputs(p, seed, InputDistribution::random), 1)->config();
+      EXPECT_NE(untuned.find(decode_by_cache ? "sm90a" : "mma.sync"), std::string::npos) << untuned;
+      EXPECT_EQ(untuned.find("tune cache"), std::string::npos) << untuned;
     }
   }
 }

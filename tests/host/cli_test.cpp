@@ -443,6 +443,19 @@ TEST(Cli, PlanShowsTheMeasuredTimesOfATuneCache) {
   const CliResult far = run_cli("plan --n 6144 --k 2048 --m 64" + cache_arg);
   ASSERT_EQ(far.code, 0) << far.err;
   EXPECT_TRUE(has(far.out, "tune cache: no entry for this device and shape")) << far.out;
+  // Both kernel families timed for W2 at M = 20 (fp4gap tune, after a norm): plan says which one the
+  // dispatching backend takes.
+  tune::Entry small = e;
+  small.problem.m = 20;
+  small.families = tune::FamilyTiming{"norm", "decode tile", "prefill tile", 9.02, 8.10};
+  cache.put(small);
+  cache.save((dir / "t.json").string());
+  const CliResult families = run_cli("plan --n 6144 --k 2048 --m 20" + cache_arg);
+  ASSERT_EQ(families.code, 0) << families.err;
+  EXPECT_TRUE(has(families.out, "tune cache: fp4gap-w4a16 takes the prefill kernel (measured after norm: decode 9.02 "
+                                "us, prefill 8.10 us)"))
+      << families.out;
+  EXPECT_FALSE(has(families.out, "fp4gap-w4a4 takes the")) << families.out;
   const CliResult plain = run_cli("plan --preset glm5 --m 128 --device 'H200 SXM'");
   ASSERT_EQ(plain.code, 0) << plain.err;
   EXPECT_FALSE(has(plain.out, "measured us")) << plain.out;

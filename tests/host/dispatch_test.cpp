@@ -50,6 +50,22 @@ TEST(Dispatch, FallsBackToWhicheverFamilyServesTheShape) {
   EXPECT_NE(neither.status.reason.find("prefill: needs wgmma"), std::string::npos) << neither.status.reason;
 }
 
+// A family that fp4gap tune measured faster for the problem decides where both serve it, on either
+// side of the boundary; it cannot make a family serve a shape it does not.
+TEST(Dispatch, AMeasuredFamilyDecidesWhereBothServe) {
+  EXPECT_EQ(choose_kernel_family(20, kW4A16DecodeMaxM, kOk, kOk, KernelFamily::decode).family, KernelFamily::decode);
+  EXPECT_EQ(choose_kernel_family(9, kW4A16DecodeMaxM, kOk, kOk, KernelFamily::prefill).family, KernelFamily::prefill);
+  const Status no_wgmma = Status::not_supported("needs wgmma (sm_90a)");
+  const Status m_too_large = Status::not_supported("decode kernel serves M <= 64: M = 65");
+  EXPECT_EQ(choose_kernel_family(9, kW4A16DecodeMaxM, kOk, no_wgmma, KernelFamily::prefill).family,
+            KernelFamily::decode);
+  EXPECT_EQ(choose_kernel_family(65, kW4A16DecodeMaxM, m_too_large, kOk, KernelFamily::decode).family,
+            KernelFamily::prefill);
+  const Status bad_k = Status::invalid_problem("K % 32 != 0");
+  EXPECT_EQ(choose_kernel_family(9, kW4A16DecodeMaxM, bad_k, bad_k, KernelFamily::prefill).status.code,
+            StatusCode::invalid_problem);
+}
+
 TEST(Dispatch, AnInvalidProblemStaysInvalid) {
   const Status bad_k = Status::invalid_problem("K % 32 != 0: M = 4, N = 64, K = 48");
   const FamilyChoice c = choose_kernel_family(4, kW4A16DecodeMaxM, bad_k, bad_k);

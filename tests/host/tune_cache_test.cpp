@@ -90,6 +90,85 @@ TEST(TuneCache, JsonRoundTripKeepsEveryMeasuredPlan) {
   }
   EXPECT_EQ(e.build, "abc123");
   EXPECT_EQ(e.driver, "13.0");
+  EXPECT_FALSE(e.families.has_value());
+}
+
+FamilyTiming families(std::optional<double> decode_us, std::optional<double> prefill_us) {
+  FamilyTiming t;
+  t.after = "norm";
+  t.decode_config = "decode m16 tile";
+  t.prefill_config = "sm90a m16 split 8";
+  t.decode_us = decode_us;
+  t.prefill_us = prefill_us;
+  return t;
+}
+
+TEST(TuneCache, FamilyTimingsRoundTripAndOlderCachesWithoutThemLoad) {
+  Entry with = w2_entry(h200_context());
+  with.families = families(8.10, 9.02);
+  Cache cache;
+  cache.put(with);
+  const std::string text = cache.to_json_text();
+  const Entry back = Cache::from_json_text(text, "test").entries()[0];
+  ASSERT_TRUE(back.families.has_value());
+  EXPECT_EQ(back.families->after, "norm");
+  EXPECT_EQ(back.families->decode_config, "decode m16 tile");
+  EXPECT_EQ(back.families->prefill_config, "sm90a m16 split 8");
+  EXPECT_EQ(back.families->decode_us, 8.10);
+  EXPECT_EQ(back.families->prefill_us, 9.02);
+  // A cache written before the family timings existed has no such field.
+  std::string older = text;
+  const std::size_t at = older.find("\"families\"");
+  ASSERT_NE(at, std::string::npos);
+  older.erase(at, older.find("\"build\"", at) - at);
+  EXPECT_FALSE(Cache::from_json_text(older, "older").entries()[0].families.has_value());
+  std::string mistyped = text;
+  mistyped.replace(mistyped.find("\"decode_us\": 8.1"), 16, "\"decode_us\": \"8\"");
+  try {
+    Cache::from_json_text(mistyped, "t");
+    ADD_FAILURE() << "accepted a string decode_us";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("entry 0: field \"decode_us\" must be a number"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(TuneCache, TheFasterFamilyNeedsBothTimes) {
+  EXPECT_EQ(families(8.10, 9.02).faster(), KernelFamily::decode);
+  EXPECT_EQ(families(9.02, 8.10).faster(), KernelFamily::prefill);
+  EXPECT_EQ(families(8.10, 8.10).faster(), KernelFamily::decode);
+  EXPECT_FALSE(families(std::nullopt, 8.10).faster().has_value());
+  EXPECT_FALSE(families(8.10, std::nullopt).faster().has_value());
+}
+
+TEST(TuneCache, TunedFamilyIsTheMeasuredOneForExactlyThisProblem) {
+  const DeviceContext device = h200_context();
+  Entry e = w2_entry(device);  // W2 at M = 128 ...
+  e.problem.m = 20;            // ... moved to M = 20, where both families serve
+  e.families = families(8.10, 9.02);
+  Entry w4a4 = e;
+  w4a4.problem.backend = "fp4gap-prefill-w4a4";
+  w4a4.families = families(std::nullopt, 9.02);  // the decode kernel did not pass
+  Cache cache;
+  cache.put(e);
+  cache.put(w4a4);
+  const std::string path = temp_path("families.json");
+  cache.save(path);
+  clear_active_cache();
+  EXPECT_FALSE(tuned_family(false, 20, 6144, 2048, OutputType::bf16, device).has_value());
+  use_cache_file(path);
+  const std::optional<TunedFamily> f = tuned_family(false, 20, 6144, 2048, OutputType::bf16, device);
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->family, KernelFamily::decode);
+  EXPECT_EQ(f->note, "measured after norm: decode 8.10 us, prefill 9.02 us");
+  // Another M (the decode kernel's time grows with M), card or output; a timing missing one side.
+  EXPECT_FALSE(tuned_family(false, 19, 6144, 2048, OutputType::bf16, device).has_value());
+  EXPECT_FALSE(tuned_family(false, 20, 6144, 2048, OutputType::f32, device).has_value());
+  DeviceContext h100 = device;
+  h100.name = "NVIDIA H100 80GB HBM3";
+  EXPECT_FALSE(tuned_family(false, 20, 6144, 2048, OutputType::bf16, h100).has_value());
+  EXPECT_FALSE(tuned_family(true, 20, 6144, 2048, OutputType::bf16, device).has_value());
+  clear_active_cache();
 }
 
 TEST(TuneCache, PutReplacesTheSameDeviceAndProblemOnly) {

@@ -89,6 +89,14 @@ void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& 
     } else {
       out << (t.note.empty() ? "no entry for this device and shape" : t.note) << "\n";
     }
+    // Where fp4gap tune timed both kernel families for this very problem, that decides the
+    // dispatching backends' choice instead of the boundary above.
+    for (const bool w4a4 : {false, true}) {
+      if (const std::optional<tune::TunedFamily> f = tune::tuned_family(w4a4, s.m, s.n, s.k, s.out_type, device)) {
+        out << "  tune cache: " << (w4a4 ? "fp4gap-w4a4" : "fp4gap-w4a16") << " takes the " << to_string(f->family)
+            << " kernel (" << f->note << ")\n";
+      }
+    }
   }
   if (s.m <= decode::kMaxM) {
     // The decode kernels' own policy (docs/KERNELS-decode.md), for the same shape, both maths.

@@ -16,8 +16,11 @@
 #include "commands.hpp"
 #include "fp4gap/build_info.hpp"
 #include "fp4gap/cuda_api.hpp"
+#include "fp4gap/decode.hpp"
+#include "fp4gap/dispatch.hpp"
 #include "fp4gap/gemm_bench.hpp"
 #include "fp4gap/prefill.hpp"
+#include "fp4gap/timing.hpp"
 #include "fp4gap/tune_cache.hpp"
 
 namespace fp4gap::cli {
@@ -101,6 +104,46 @@ tune::MeasuredPlan measured_plan(const prefill::PlanCandidate& c, const GemmRow&
 }
 
 std::string us(const std::optional<double>& v) { return v ? format_fixed(*v, 2) : "-"; }
+
+std::optional<double> timed(const GemmRow& row) {
+  return row.status == RowStatus::passed ? row.median_us : std::nullopt;
+}
+
+// Where the decode kernel serves the problem too: it and the prefill kernel on `prefill_plan`,
+// timed in one run behind the kernel a serving graph puts before the GEMM (the predecessor the
+// dispatching backends' boundary was fit behind: a norm for W4A16, the quantizer for W4A4).
+std::optional<tune::FamilyTiming> time_families(const GemmCase& shape, bool w4a4, const prefill::Plan& prefill_plan,
+                                                GemmBenchOptions options, bool& broken) {
+  const GemmProblem& p = shape.problem;
+  GemmBackend* decode = find_gemm_backend(w4a4 ? "fp4gap-decode-w4a4" : "fp4gap-decode-w4a16");
+  if (p.m > decode::kMaxM || decode == nullptr || !decode->supports(p, options.device).is_ok()) return std::nullopt;
+  options.predecessor = w4a4 ? Predecessor::quantize : Predecessor::norm;
+  const std::unique_ptr<GemmBackend> prefill = make_prefill_plan_backend(w4a4, prefill_plan);
+  const std::vector<GemmRow> rows = run_gemm_bench({shape}, {decode, prefill.get()}, options);
+  if (rows.size() != 2) return std::nullopt;
+  broken = broken || rows[0].status == RowStatus::incorrect || rows[1].status == RowStatus::incorrect;
+  tune::FamilyTiming t;
+  t.after = std::string(to_string(options.predecessor));
+  t.decode_config = rows[0].config;
+  t.prefill_config = prefill_plan.describe();
+  t.decode_us = timed(rows[0]);
+  t.prefill_us = timed(rows[1]);
+  return t;
+}
+
+void write_families(std::ostream& out, const tune::FamilyTiming& t, bool w4a4, const GemmProblem& p) {
+  out << "  after " << t.after << ": decode kernel " << us(t.decode_us) << " us, prefill kernel " << us(t.prefill_us)
+      << " us (" << t.prefill_config << "): ";
+  const std::int64_t boundary = decode_max_m(w4a4, p.n, p.k);
+  const std::string backend = w4a4 ? "fp4gap-w4a4" : "fp4gap-w4a16";
+  if (const std::optional<KernelFamily> f = t.faster()) {
+    out << backend << " takes the " << to_string(*f) << " kernel here (without the cache the "
+        << (p.m <= boundary ? "decode" : "prefill") << " kernel: decode up to M = " << boundary << ")\n";
+  } else {
+    out << "one of them was not verified or timed: " << backend << " keeps its boundary (decode up to M = "
+        << boundary << ")\n";
+  }
+}
 
 void write_entry(std::ostream& out, const GemmCase& shape, const tune::Entry& e) {
   out << "\n"
@@ -190,9 +233,14 @@ void run_tune(const TuneArgs& a, CLI::App& cmd) {
         e.measured.push_back(measured_plan(*chosen[i], rows[i]));
         broken = broken || rows[i].status == RowStatus::incorrect;
       }
+      // The prefill kernel at its fastest measured plan (the policy's pick where none passed)
+      // against the decode kernel, where that serves the problem too.
+      const std::optional<std::size_t> fastest = e.best();
+      e.families = time_families(shape, w4a4, fastest ? chosen[*fastest]->plan : policy, options, broken);
       e.build = build_info::kGitHash;
       e.driver = device.driver_version;
       write_entry(std::cout, shape, e);
+      if (e.families) write_families(std::cout, *e.families, w4a4, p);
       cache.put(std::move(e));
       // Saved after every shape: a run cut short keeps what it measured.
       cache.save(path);

@@ -258,8 +258,9 @@ void run_tune(const TuneArgs& a, CLI::App& cmd) {
 void add_tune_command(CLI::App& app) {
   auto args = std::make_shared<TuneArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "tune", "Verify and time the prefill policy's best-ranked plans for each shape on this GPU; record them in the "
-              "tune cache that the prefill backends follow");
+      "tune", "Verify and time the prefill policy's best-ranked plans for each shape on this GPU, and the decode "
+              "kernel beside the fastest where both serve the shape; record them in the tune cache that the prefill "
+              "and dispatching backends follow");
   add_shape_options(*cmd, args->m, args->n, args->k, args->preset, args->tp);
   cmd->add_option("--formats", args->formats, "w4a16 (bf16 activations), w4a4 (NVFP4 activations), or both comma-separated");
   cmd->add_option("--out", args->out, "output type")->check(CLI::IsMember({"bf16", "fp16", "f16", "f32", "fp32"}));

@@ -240,12 +240,12 @@ void write_datasheet_table(std::ostream& out) {
   for (const DeviceSpec& s : device_specs()) out << "  " << s.name << ": " << s.sources << "\n";
 }
 
-void add_shape_options(CLI::App& cmd, std::string& m, std::string& n, std::string& k, std::string& preset, int& tp) {
-  cmd.add_option("--m", m, "M values: list/ranges, e.g. 1,16,64 or 16:4096:x2 or 128:1024:+128");
-  cmd.add_option("--n", n, "N values (same syntax)");
-  cmd.add_option("--k", k, "K values (same syntax)");
-  add_preset_option(cmd, preset);
-  cmd.add_option("--tp", tp, "tensor-parallel degree splitting the preset's intermediate dimension")
+void add_shape_options(CLI::App& cmd, ShapeOptions& shape) {
+  cmd.add_option("--m", shape.m, "M values: list/ranges, e.g. 1,16,64 or 16:4096:x2 or 128:1024:+128");
+  cmd.add_option("--n", shape.n, "N values (same syntax)");
+  cmd.add_option("--k", shape.k, "K values (same syntax)");
+  add_preset_option(cmd, shape.preset);
+  cmd.add_option("--tp", shape.tp, "tensor-parallel degree splitting the preset's intermediate dimension")
       ->check(CLI::PositiveNumber);
 }
 
@@ -258,8 +258,8 @@ void add_preset_option(CLI::App& cmd, std::string& preset) {
       ->check(CLI::IsMember(presets));
 }
 
-std::vector<GemmCase> shape_cases(const std::string& m, const std::string& n, const std::string& k,
-                                  const std::string& preset, int tp, const GemmProblem& formats, CLI::App& cmd) {
+std::vector<GemmCase> shape_cases(const ShapeOptions& shape, const GemmProblem& formats, CLI::App& cmd) {
+  const auto& [m, n, k, preset, tp] = shape;
   std::vector<GemmCase> cases;
   if (!preset.empty()) {
     if (cmd.count("--n") || cmd.count("--k")) {

@@ -49,16 +49,21 @@ void row_line(const GemmRow& row);
 // --out: the names the rest of the tool prints (f16, f32) and the common spellings (fp16, fp32).
 OutputType parse_out_option(const std::string& s);
 
-// Registers --m, --n, --k, --preset and --tp, the options shape_cases reads.
-void add_shape_options(CLI::App& cmd, std::string& m, std::string& n, std::string& k, std::string& preset, int& tp);
+// --m, --n, --k, --preset and --tp: the shapes of gemm, plan and tune.
+struct ShapeOptions {
+  std::string m, n, k;
+  std::string preset;
+  int tp = 1;
+};
+// Registers them; shape_cases reads them.
+void add_shape_options(CLI::App& cmd, ShapeOptions& shape);
 // --preset alone, checked against presets.hpp's names.
 void add_preset_option(CLI::App& cmd, std::string& preset);
 
 // The shapes of a command's --m/--n/--k (every combination) or of --preset [--m] [--tp], with
 // the operand formats and output type of `formats`. Throws InvalidArgument naming the rule when
 // the options are combined wrongly (reads cmd.count for --n, --k, --tp).
-std::vector<GemmCase> shape_cases(const std::string& m, const std::string& n, const std::string& k,
-                                  const std::string& preset, int tp, const GemmProblem& formats, CLI::App& cmd);
+std::vector<GemmCase> shape_cases(const ShapeOptions& shape, const GemmProblem& formats, CLI::App& cmd);
 
 // Registers the host and CUDA backends and returns pipeline options wired to the CUDA library's
 // timer (time_runner_after) and GPU reference (gpu_reference_gemm), with progress on a terminal.

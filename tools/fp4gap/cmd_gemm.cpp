@@ -14,13 +14,11 @@ namespace fp4gap::cli {
 namespace {
 
 struct GemmArgs {
-  std::string m, n, k;
+  ShapeOptions shape;
   std::string a_format = "nvfp4";
   std::string b_format = "nvfp4";
   std::string out = "bf16";
   std::string backends = "all";
-  std::string preset;
-  int tp = 1;
   std::uint64_t seed = 1;
   std::string distribution = "random";
   std::string format = "table";
@@ -37,7 +35,7 @@ std::vector<GemmCase> make_cases(const GemmArgs& a, CLI::App& cmd) {
   formats.a_format = parse_operand_format(a.a_format);
   formats.b_format = parse_operand_format(a.b_format);
   formats.out_type = parse_out_option(a.out);
-  return shape_cases(a.m, a.n, a.k, a.preset, a.tp, formats, cmd);
+  return shape_cases(a.shape, formats, cmd);
 }
 
 void run_gemm(const GemmArgs& a, CLI::App& cmd) {
@@ -87,7 +85,7 @@ void run_gemm(const GemmArgs& a, CLI::App& cmd) {
 void add_gemm_command(CLI::App& app) {
   auto args = std::make_shared<GemmArgs>();
   CLI::App* cmd = app.add_subcommand("gemm", "Verify, time and place on the roofline every backend for the given shapes");
-  add_shape_options(*cmd, args->m, args->n, args->k, args->preset, args->tp);
+  add_shape_options(*cmd, args->shape);
   cmd->add_option("--a-format", args->a_format, "A (activation) format")->check(CLI::IsMember({"nvfp4", "bf16", "e4m3"}));
   cmd->add_option("--b-format", args->b_format, "B (weight, N x K) format")->check(CLI::IsMember({"nvfp4", "bf16", "e4m3"}));
   cmd->add_option("--out", args->out, "output type")->check(CLI::IsMember({"bf16", "fp16", "f16", "f32", "fp32"}));

@@ -24,9 +24,7 @@ namespace fp4gap::cli {
 namespace {
 
 struct PlanArgs {
-  std::string m, n, k;
-  std::string preset;
-  int tp = 1;
+  ShapeOptions shape;
   std::string device;
   std::string tune_cache;
 };
@@ -159,7 +157,7 @@ void run_plan(const PlanArgs& a, CLI::App& cmd) {
   GemmProblem formats;
   formats.a_format = OperandFormat::bf16;
   formats.b_format = OperandFormat::nvfp4;
-  const std::vector<GemmCase> shapes = shape_cases(a.m, a.n, a.k, a.preset, a.tp, formats, cmd);
+  const std::vector<GemmCase> shapes = shape_cases(a.shape, formats, cmd);
   DeviceContext device;
   prefill::ConcurrentCtas occupancy;
   // A datasheet has no GPC layout: clusters must fit inside one GPC, so a real device can run
@@ -224,7 +222,7 @@ void add_plan_command(CLI::App& app) {
   auto args = std::make_shared<PlanArgs>();
   CLI::App* cmd = app.add_subcommand(
       "plan", "The prefill tile and split-K factor chosen for each shape, beside every alternative and its predicted time");
-  add_shape_options(*cmd, args->m, args->n, args->k, args->preset, args->tp);
+  add_shape_options(*cmd, args->shape);
   cmd->add_option("--device", args->device,
                   "plan for this datasheet GPU (e.g. 'H200 SXM'; fp4gap info lists them) instead of the CUDA device");
   add_tune_cache_option(*cmd, args->tune_cache);

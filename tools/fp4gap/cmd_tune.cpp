@@ -27,9 +27,7 @@ namespace fp4gap::cli {
 namespace {
 
 struct TuneArgs {
-  std::string m, n, k;
-  std::string preset;
-  int tp = 1;
+  ShapeOptions shape;
   std::string formats = "w4a16";
   std::string out = "bf16";
   int plans = 6;
@@ -174,7 +172,7 @@ void run_tune(const TuneArgs& a, CLI::App& cmd) {
   if (a.plans < 1) throw InvalidArgument("--plans must be at least 1: --plans " + std::to_string(a.plans));
   GemmProblem formats_of_shapes;  // the operand formats are set per format below
   formats_of_shapes.out_type = parse_out_option(a.out);
-  const std::vector<GemmCase> shapes = shape_cases(a.m, a.n, a.k, a.preset, a.tp, formats_of_shapes, cmd);
+  const std::vector<GemmCase> shapes = shape_cases(a.shape, formats_of_shapes, cmd);
   const std::string path = a.cache.empty() ? default_cache_path() : a.cache;
   // An existing cache that cannot be read is left as it is rather than overwritten.
   tune::Cache cache;
@@ -261,7 +259,7 @@ void add_tune_command(CLI::App& app) {
       "tune", "Verify and time the prefill policy's best-ranked plans for each shape on this GPU, and the decode "
               "kernel beside the fastest where both serve the shape; record them in the tune cache that the prefill "
               "and dispatching backends follow");
-  add_shape_options(*cmd, args->m, args->n, args->k, args->preset, args->tp);
+  add_shape_options(*cmd, args->shape);
   cmd->add_option("--formats", args->formats, "w4a16 (bf16 activations), w4a4 (NVFP4 activations), or both comma-separated");
   cmd->add_option("--out", args->out, "output type")->check(CLI::IsMember({"bf16", "fp16", "f16", "f32", "fp32"}));
   cmd->add_option("--plans", args->plans, "plans measured per shape: the policy's pick, then the best predicted");

@@ -17,11 +17,7 @@ namespace {
 
 using test::invalid_argument_message;
 
-std::string temp_path(const std::string& name) {
-  const std::filesystem::path dir = std::filesystem::path(FP4GAP_TEST_TMPDIR) / "npy_test";
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
-}
+std::string temp_path(const std::string& name) { return test::scratch_file("npy_test", name); }
 
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

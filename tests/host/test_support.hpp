@@ -5,12 +5,20 @@
 
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <string>
 
 #include "fp4gap/backend.hpp"
 #include "fp4gap/problem.hpp"
 
 namespace fp4gap::test {
+
+// A scratch file `name` in `suite`'s directory under the host tests' FP4GAP_TEST_TMPDIR (created).
+inline std::string scratch_file(const std::string& suite, const std::string& name) {
+  const std::filesystem::path dir = std::filesystem::path(FP4GAP_TEST_TMPDIR) / suite;
+  std::filesystem::create_directories(dir);
+  return (dir / name).string();
+}
 
 inline GemmProblem make_problem(std::int64_t m, std::int64_t n, std::int64_t k, OperandFormat a = OperandFormat::nvfp4,
                                 OperandFormat b = OperandFormat::nvfp4, OutputType out = OutputType::bf16) {

@@ -19,11 +19,7 @@ namespace {
 
 using test::h200_context;
 
-std::string temp_path(const std::string& name) {
-  const std::filesystem::path dir = std::filesystem::path(FP4GAP_TEST_TMPDIR) / "tune_cache_test";
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
-}
+std::string temp_path(const std::string& name) { return test::scratch_file("tune_cache_test", name); }
 
 MeasuredPlan measured(const prefill::TileConfig& c, int split, bool workspace, double predicted,
                       std::optional<double> graph, bool passed = true) {

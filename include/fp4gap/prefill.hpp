@@ -223,12 +223,16 @@ NamedCandidate find_candidate(const std::vector<PlanCandidate>& candidates, cons
 const tune::Entry* tuned_entry(const tune::Cache& cache, const tune::DeviceKey& device, const tune::ProblemKey& problem,
                                const Plan& policy);
 
+// Whether `measured` is a measurement of `plan`: the same configuration, split and reduction.
+bool measures(const tune::MeasuredPlan& measured, const Plan& plan);
+
 // The plan the active tune cache (tune::active_cache) measured fastest for `problem` on `device`
 // (tuned_entry), when that plan can run (find_candidate); `note` says what was used or why the
-// entry was not (empty: no entry, the policy decides).
+// entry was not (empty: no entry, the policy decides); `entry` is the entry followed (nullptr: none).
 struct TunedChoice {
   std::optional<Plan> plan;
   std::string note;
+  const tune::Entry* entry = nullptr;
 };
 TunedChoice tuned_plan(const std::string& backend, std::int64_t m, std::int64_t n, std::int64_t k, OutputType out,
                        const DeviceContext& device, const std::vector<PlanCandidate>& candidates, const Plan& policy);

@@ -444,12 +444,12 @@ NamedCandidate find_candidate(const std::vector<PlanCandidate>& candidates, cons
   return {Status::not_supported(os.str()), nullptr};
 }
 
-namespace {
-
 bool measures(const tune::MeasuredPlan& measured, const Plan& plan) {
   return measured.config == plan.config.name() && measured.split_k == plan.split_k &&
          measured.workspace_reduction == plan.workspace_reduction();
 }
+
+namespace {
 
 // Whether `entry`, measured at another M, timed the launches its plans make at `m`: every plan's
 // configuration is in this build and tiles M into as many row tiles at `m` as at the entry's M (N
@@ -498,12 +498,12 @@ TunedChoice tuned_plan(const std::string& backend, std::int64_t m, std::int64_t 
                                                : " at M = " + std::to_string(entry->problem.m) +
                                                      " (the same tiles as at M = " + std::to_string(m) + ")";
   const std::optional<std::size_t> best = entry->best();
-  if (!best) return {std::nullopt, "tuned entry" + at + " has no verified plan: the policy's pick"};
+  if (!best) return {std::nullopt, "tuned entry" + at + " has no verified plan: the policy's pick", entry};
   const tune::MeasuredPlan& measured = entry->measured[*best];
   const NamedCandidate named =
       find_candidate(candidates, measured.config, measured.split_k, measured.workspace_reduction);
   if (!named.status.is_ok()) {
-    return {std::nullopt, "tuned plan" + at + " not used (" + named.status.reason + "): the policy's pick"};
+    return {std::nullopt, "tuned plan" + at + " not used (" + named.status.reason + "): the policy's pick", entry};
   }
   // The pick's time: the plan the policy runs here where the entry measured it, else the entry's
   // own record of its pick (the policy may have changed since the entry was measured).
@@ -515,7 +515,7 @@ TunedChoice tuned_plan(const std::string& backend, std::int64_t m, std::int64_t 
   std::ostringstream os;
   os << "tuned on this device" << at << ": " << format_fixed(*measured.graph_us, 2) << " us";
   if (pick_us) os << " against the policy's pick's " << format_fixed(*pick_us, 2);
-  return {named.candidate->plan, os.str()};
+  return {named.candidate->plan, os.str(), entry};
 }
 
 }  // namespace fp4gap::prefill

@@ -29,14 +29,12 @@ struct PlanArgs {
   std::string tune_cache;
 };
 
-// The W4A16 plan's time in the tune cache entry the backend follows (tuned_entry), when it has it.
+// The W4A16 plan's time in the tune cache entry the backend follows (TunedChoice::entry), when it
+// has it.
 std::string measured_us(const tune::Entry* entry, const prefill::PlanCandidate& p) {
   if (entry == nullptr) return "-";
   for (const tune::MeasuredPlan& m : entry->measured) {
-    if (m.config != p.config.name() || m.split_k != p.split_k || m.workspace_reduction != p.plan.workspace_reduction()) {
-      continue;
-    }
-    return m.graph_us ? format_fixed(*m.graph_us, 1) : m.passed ? "-" : "BROKEN";
+    if (prefill::measures(m, p.plan)) return m.graph_us ? format_fixed(*m.graph_us, 1) : m.passed ? "-" : "BROKEN";
   }
   return "-";
 }
@@ -73,14 +71,11 @@ void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& 
                          : w4a4_differs ? " (behind its activation pass: no workspace split)" : "")
       << "\n";
   // The entry the backend follows, which may be one of another M with the same tiles.
-  const tune::Entry* tuned =
-      cache == nullptr ? nullptr
-                       : prefill::tuned_entry(*cache, tune::device_key(device),
-                                              tune::ProblemKey{"fp4gap-prefill-w4a16", s.m, s.n, s.k, s.out_type},
-                                              chosen);
+  const tune::Entry* tuned = nullptr;
   if (cache != nullptr) {
     const prefill::TunedChoice t =
         prefill::tuned_plan("fp4gap-prefill-w4a16", s.m, s.n, s.k, s.out_type, device, c, chosen);
+    tuned = t.entry;
     out << "  tune cache: ";
     if (t.plan) {
       out << "fp4gap-prefill-w4a16 runs " << t.plan->describe() << " (" << t.note << ")\n";

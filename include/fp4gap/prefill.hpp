@@ -248,7 +248,7 @@ Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, const DeviceCon
 // faster per launch for the tiles of up to 64 activation rows at M <= 64, 3-9% for m128 at
 // M = 128; mixed for the m256 tiles (up to 4 us slower at M <= 64, split 4) and not measured at
 // large M, so those launch plainly.
-constexpr bool launches_programmatically(const TileConfig& config) { return config.block_m <= 128; }
+constexpr bool launches_programmatically(const TileConfig& config) { return config.block_m <= 144; }
 
 // Dynamic shared memory of a launch of `plan` that dequantizes NVFP4 activations in the kernel:
 // the CTA's activation tiles of all of its K blocks stay resident where the ring's activation

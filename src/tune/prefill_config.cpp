@@ -76,6 +76,10 @@ const std::vector<TileConfig>& tile_configs() {
       // per cluster reduction (runs 53-54), so it wins from ~30 K blocks per CTA (M = 33-64 at
       // N x K = 4096 x 6144: 13.98 against 14.78 us in the same sweep).
       {64, 12, false, 4},  // 154,816 B
+      // m128 G3 and 16 activation rows more (the wgmma N: 128 + 16 as two wgmmas): the M just past
+      // a multiple of 128 (M = 520: 4 x 144 rows) without a fifth row of m128 tiles (a second wave
+      // at N = 4096) or m192 / m256 tiles that leave a quarter of the SMs idle (PERF-LOG run 135).
+      {144, 9, false, 3},  // 208,528 B
   };
   return configs;
 }
@@ -269,6 +273,11 @@ constexpr TileCost kTileCosts[] = {
     {32, false, 4, 3.04, 1.62, 0.219, 0.0, 2.00},
     {16, false, 4, 2.70, 1.07, 0.225, 0.0, 1.30},
     {64, false, 4, 4.30, 2.10, 0.250, 0.0, 2.90, kTmaBandSaving},
+    // m128 G3's entry with the K block scaled by 1.06 (the dequantization, which bounds m128's
+    // block, is the same; the tensor work 1.125x), set before any measurement and not refitted:
+    // run 138's `fp4gap tune` (an H100, the glm5 shapes at M = 264, 520, 1040) timed the 9 m144
+    // plans the policy picked within 1.5-3.3% of it, each the fastest of the five plans timed.
+    {144, false, 3, 3.29, 3.10, 0.394, 0.0, 0.0, kTmaBandSaving},
 };
 
 const TileCost& tile_cost(const TileConfig& config) {

@@ -20,7 +20,7 @@ using test::h200_context;
 
 TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
   const std::vector<TileConfig>& configs = tile_configs();
-  ASSERT_EQ(configs.size(), 10u);
+  ASSERT_EQ(configs.size(), 11u);
   EXPECT_EQ(configs[0].name(), "sm90a bf16 x nvfp4 m256n128k64 6 stages");
   EXPECT_EQ(configs[1].name(), "sm90a bf16 x nvfp4 m128n128k64 9 stages");
   EXPECT_EQ(configs[2].name(), "sm90a bf16 x nvfp4 m64n128k64 12 stages");
@@ -31,6 +31,7 @@ TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
   EXPECT_EQ(configs[7].name(), "sm90a bf16 x nvfp4 m32n128k64 12 stages, 4 K blocks per copy");
   EXPECT_EQ(configs[8].name(), "sm90a bf16 x nvfp4 m16n128k64 12 stages, 4 K blocks per copy");
   EXPECT_EQ(configs[9].name(), "sm90a bf16 x nvfp4 m64n128k64 12 stages, 4 K blocks per copy");
+  EXPECT_EQ(configs[10].name(), "sm90a bf16 x nvfp4 m144n128k64 9 stages, 3 K blocks per copy");
   // Two consumer warpgroups and one producer warpgroup.
   for (const TileConfig& c : configs) EXPECT_EQ(c.threads(), 384) << c.name();
   EXPECT_EQ(configs[7].smem_bytes(), 12 * (32 * 128 + 4608) + 192 + 1024);
@@ -45,6 +46,7 @@ TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
   EXPECT_EQ(configs[0].smem_bytes(), 6 * (256 * 128 + 4608) + 96 + 1024);
   EXPECT_EQ(configs[1].smem_bytes(), 9 * (128 * 128 + 4608) + 144 + 1024);
   EXPECT_EQ(configs[2].smem_bytes(), 12 * (64 * 128 + 4608) + 192 + 1024);
+  EXPECT_EQ(configs[10].smem_bytes(), 9 * (144 * 128 + 4608) + 144 + 1024);
   // A persistent config adds its own bf16 output tile, 256 x 128 x 2 B, in front of the ring.
   EXPECT_EQ(configs[3].persistent_staging_bytes(), 256 * 128 * 2);
   EXPECT_EQ(configs[3].smem_bytes(), 256 * 128 * 2 + 4 * (256 * 128 + 4608) + 64 + 1024);
@@ -426,6 +428,16 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
                        Case{96, 4096, 6144, 64, 2, false, kCluster, 4},
                        Case{96, 6144, 2048, 128, 2, false},              // 11.97 (m64 G4 split 1: 12.49)
                        Case{128, 6144, 2048, 128, 2, false},             // 11.91 (12.18)
+                       // Just past a multiple of 128 rows: run 138's `fp4gap tune` (an H100), m144 G3
+                       // against the runner-up in brackets; the m128 G3 row of tiles that M = 520
+                       // adds is a second wave at N = 4096
+                       Case{520, 4096, 6144, 144, 1, false, kCluster, 3},   // 41.99 (m192: 49.59)
+                       Case{264, 4096, 6144, 144, 2, false, kCluster, 3},   // 26.02 (m192 split 2: 30.77)
+                       Case{1040, 4096, 6144, 144, 1, false, kCluster, 3},  // 83.48 (m192 split 2: 93.18)
+                       Case{264, 6144, 2048, 144, 1, false, kCluster, 3},   // 16.39 (m192: 19.65)
+                       Case{520, 2048, 6144, 144, 2, false, kCluster, 3},   // 25.93 (m192 split 2: 30.47)
+                       Case{264, 2048, 6144, 144, 3, false, kCluster, 3},   // 18.92 (m128 G3 split 2: 22.07)
+                       Case{520, 6144, 2048, 128, 1, false, kCluster, 3},   // 29.30 (m144: 31.60)
                        // M = 16, 32: run 52, the one-k-group tiles with 4 K blocks per copy (the
                        // two-k-group tiles' best in the same sweep in brackets).
                        Case{32, 4096, 6144, 32, 4, false, SplitReduction::workspace, 4},  // 11.51 (12.92)
@@ -503,10 +515,10 @@ TEST(PrefillPolicy, CandidatesCoverEveryPlanAndSayWhyOthersCannotRun) {
   const std::vector<PlanCandidate> c = plan_candidates(512, 2048, 6144, small, no_threes);
   // In tile_configs() order: m256, m128, m64, the persistent m256, the two m192 configs and m128
   // with copy groups unfit, then m32 and m16 x split 1, and splits 2..8 each with a cluster and
-  // then a workspace reduction, then m64 with copy groups unfit.
+  // then a workspace reduction, then m64 with copy groups and m144 unfit.
   constexpr std::size_t kPerConfig = 1 + 2 * (kMaxSplitK - 1);
-  constexpr std::size_t kUnfit[] = {0, 1, 2, 3, 4, 5, 6, 7 + 2 * kPerConfig};
-  ASSERT_EQ(c.size(), 8u + 2 * kPerConfig);
+  constexpr std::size_t kUnfit[] = {0, 1, 2, 3, 4, 5, 6, 7 + 2 * kPerConfig, 8 + 2 * kPerConfig};
+  ASSERT_EQ(c.size(), 9u + 2 * kPerConfig);
   for (const std::size_t i : kUnfit) {
     EXPECT_EQ(c[i].status.code, StatusCode::not_supported) << c[i].config.name();
     EXPECT_NE(c[i].status.reason.find(std::to_string(c[i].config.smem_bytes())), std::string::npos) << c[i].status.reason;

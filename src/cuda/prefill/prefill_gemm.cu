@@ -91,6 +91,12 @@ struct Wgmma<96> {
   }
 };
 template <>
+struct Wgmma<144> {
+  static __device__ __forceinline__ void mma(float (&d)[72], const std::uint32_t (&a)[4], std::uint64_t desc) {
+    wgmma_split<128, 16>(d, a, desc);
+  }
+};
+template <>
 struct Wgmma<192> {
   static __device__ __forceinline__ void mma(float (&d)[96], const std::uint32_t (&a)[4], std::uint64_t desc) {
     wgmma_split<128, 64>(d, a, desc);
@@ -369,7 +375,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
     // must fit in block it's tensor time; the m64 / m128 tiles' blocks are short (64-128
     // tensor-core cycles per wgmma, shared by both warpgroups), so they keep two (PERF-LOG run 26:
     // ~1% faster; not tried on m256, whose blocks are twice as long).
-    constexpr int kInFlight = BM <= 128 ? 2 : 1;
+    constexpr int kInFlight = BM <= 144 ? 2 : 1;
     constexpr int kBuffers = kInFlight + 1;
     // Fragments of kBuffers K blocks: block it is dequantized into frag[it % kBuffers] while the
     // wgmmas of the kInFlight blocks before it still run. The buffer index must be a compile-time
@@ -907,6 +913,7 @@ KernelFn kernel_for(const TileConfig& c, bool dequant_act = false) {
   if (is(256, 4, true, 1)) return prefill_gemm_kernel<256, 4, true, 1>;
   if (is(192, 6, true, 1)) return prefill_gemm_kernel<192, 6, true, 1>;
   if (is(128, 9, false, 3)) return prefill_gemm_kernel<128, 9, false, 3>;
+  if (is(144, 9, false, 3)) return prefill_gemm_kernel<144, 9, false, 3>;
   if (is(32, 12, false, 4)) return prefill_gemm_kernel<32, 12, false, 4>;
   if (is(16, 12, false, 4)) return prefill_gemm_kernel<16, 12, false, 4>;
   if (is(64, 12, false, 4)) return prefill_gemm_kernel<64, 12, false, 4>;

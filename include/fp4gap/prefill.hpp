@@ -293,6 +293,18 @@ const PlanCandidate* best_candidate_behind_activation_pass(const std::vector<Pla
 // none is ok. fp4gap-prefill-w4a4 runs it and `fp4gap plan` shows it.
 Plan w4a4_plan(const Plan& chosen, bool dequantizes_in_kernel, const std::vector<PlanCandidate>& candidates);
 
+// The plan a prefill backend runs without a tune cache: best_candidate of `candidates`, and for
+// W4A4 the plan w4a4_plan makes of it, its kernel dequantizing the activations where
+// w4a4_dequantizes_in_kernel takes it within `smem_per_block` (the kernel's opt-in limit less its
+// own shared memory). fp4gap-prefill-w4a4 runs it, `fp4gap plan` shows it, `fp4gap tune` measures it
+// first. Throws InvalidArgument as choose_plan does when no candidate is ok.
+struct PolicyPlan {
+  Plan plan;
+  bool w4a4_in_kernel = false;  // W4A4 only: the kernel dequantizes the activations (no separate pass)
+};
+PolicyPlan policy_plan(const std::vector<PlanCandidate>& candidates, bool w4a4, std::int64_t k,
+                       std::int64_t smem_per_block, const DeviceContext& device);
+
 // A plan for an explicit configuration and split (tests and the tuner); throws InvalidArgument
 // when split_k is outside [1, kMaxSplitK], or above 1 for a persistent config.
 Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, const TileConfig& config, int split_k,

@@ -60,7 +60,8 @@ class PrefillRunner final : public GemmRunner {
       plan_ = *forced;
       plan_source_ = "plan forced by fp4gap tune";
     } else {
-      const prefill::Plan policy = policy_plan(candidates, device);
+      const prefill::Plan policy =
+          prefill::policy_plan(candidates, w4a4_, p_.k, prefill::activation_dequant_smem_limit(), device).plan;
       prefill::TunedChoice tuned = prefill::tuned_plan(std::string(backend_name(w4a4_)), p_.m, p_.n, p_.k,
                                                        p_.out_type, device, candidates, policy);
       plan_source_ = std::move(tuned.note);
@@ -205,17 +206,6 @@ class PrefillRunner final : public GemmRunner {
   // or writes).
   bool programmatic() const {
     return (w4a4_ && !dequant_in_kernel_) || prefill::launches_programmatically(plan_.config);
-  }
-
-  // The plan without a tune cache: the policy's pick, and for W4A4 the plan w4a4_plan runs it
-  // with (behind the activation pass where its kernel does not dequantize them).
-  prefill::Plan policy_plan(const std::vector<prefill::PlanCandidate>& candidates, const DeviceContext& device) const {
-    const prefill::PlanCandidate* best = prefill::best_candidate(candidates);
-    // None can run: choose_plan throws, naming the shared memory needed and available.
-    const prefill::Plan pick =
-        best != nullptr ? best->plan : prefill::choose_plan(p_.m, p_.n, p_.k, device, prefill::concurrent_ctas);
-    if (!w4a4_) return pick;
-    return prefill::w4a4_plan(pick, prefill::w4a4_dequantizes_in_kernel(pick, p_.k), candidates);
   }
 
   GemmProblem p_;

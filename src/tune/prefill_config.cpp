@@ -415,9 +415,9 @@ Plan w4a4_plan(const Plan& chosen, bool dequantizes_in_kernel, const std::vector
   return behind != nullptr ? behind->plan : chosen;
 }
 
-Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, const DeviceContext& device,
-                 const ConcurrentCtas& concurrent) {
-  const std::vector<PlanCandidate> candidates = plan_candidates(m, n, k, device, concurrent);
+namespace {
+
+const PlanCandidate& best_or_throw(const std::vector<PlanCandidate>& candidates, const DeviceContext& device) {
   const PlanCandidate* best = best_candidate(candidates);
   if (best == nullptr) {
     std::int64_t smallest = std::numeric_limits<std::int64_t>::max();
@@ -427,7 +427,22 @@ Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, const DeviceCon
        << " bytes of shared memory per block (the smallest needs " << smallest << ")";
     throw InvalidArgument(os.str());
   }
-  return best->plan;
+  return *best;
+}
+
+}  // namespace
+
+PolicyPlan policy_plan(const std::vector<PlanCandidate>& candidates, bool w4a4, std::int64_t k,
+                       std::int64_t smem_per_block, const DeviceContext& device) {
+  const Plan& pick = best_or_throw(candidates, device).plan;
+  if (!w4a4) return {pick, false};
+  const bool in_kernel = w4a4_dequantizes_in_kernel(pick, k, smem_per_block);
+  return {w4a4_plan(pick, in_kernel, candidates), in_kernel};
+}
+
+Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, const DeviceContext& device,
+                 const ConcurrentCtas& concurrent) {
+  return best_or_throw(plan_candidates(m, n, k, device, concurrent), device).plan;
 }
 
 NamedCandidate find_candidate(const std::vector<PlanCandidate>& candidates, const std::string& config_name,

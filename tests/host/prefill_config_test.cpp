@@ -492,6 +492,33 @@ TEST(PrefillPolicy, BehindTheActivationPassNoWorkspaceSplit) {
   EXPECT_EQ(w4a4_plan(seed, false, {}).describe(), seed.describe());  // nothing else ok: the pick
 }
 
+TEST(PrefillPolicy, PolicyPlanIsWhatEachFormatRunsWithoutATuneCache) {
+  const DeviceSpec* spec = find_device_spec("H200 SXM");
+  ASSERT_NE(spec, nullptr);
+  const DeviceContext device = datasheet_device_context(*spec);
+  const ConcurrentCtas h200 = datasheet_concurrent_ctas(*spec);
+  const std::int64_t smem = device.smem_per_block_optin - kKernelStaticSmemBytes;
+  // W13 at M = 16: a workspace split whose CTAs would dequantize 16 x 24 row-blocks (more than
+  // kActivationDequantMaxRowBlocks): W4A4 runs behind the pass, without the workspace split.
+  const std::vector<PlanCandidate> w13 = plan_candidates(16, 4096, 6144, device, h200);
+  const PolicyPlan w13_w4a16 = policy_plan(w13, false, 6144, smem, device);
+  const PolicyPlan w13_w4a4 = policy_plan(w13, true, 6144, smem, device);
+  EXPECT_EQ(w13_w4a16.plan.describe(), best_candidate(w13)->plan.describe());
+  EXPECT_FALSE(w13_w4a16.w4a4_in_kernel);
+  EXPECT_EQ(w13_w4a4.plan.describe(), best_candidate_behind_activation_pass(w13)->plan.describe());
+  EXPECT_FALSE(w13_w4a4.w4a4_in_kernel);
+  // The seed shape at M = 16: m16 split 8, 16 x 12 row-blocks per CTA, dequantized in the kernel
+  // where its shared memory allows, else behind the pass.
+  const std::vector<PlanCandidate> seed = plan_candidates(16, 2048, 6144, device, h200);
+  const PolicyPlan in_kernel = policy_plan(seed, true, 6144, smem, device);
+  EXPECT_TRUE(in_kernel.w4a4_in_kernel) << in_kernel.plan.describe();
+  EXPECT_EQ(in_kernel.plan.describe(), best_candidate(seed)->plan.describe());
+  const PolicyPlan no_room = policy_plan(seed, true, 6144, 0, device);
+  EXPECT_FALSE(no_room.w4a4_in_kernel);
+  EXPECT_EQ(no_room.plan.describe(), best_candidate_behind_activation_pass(seed)->plan.describe());
+  EXPECT_THROW(policy_plan({}, false, 6144, smem, device), InvalidArgument);
+}
+
 TEST(PrefillPolicy, DatasheetOccupancyOnlyWhereMeasured) {
   const DeviceSpec* b200 = find_device_spec("B200");
   ASSERT_NE(b200, nullptr);

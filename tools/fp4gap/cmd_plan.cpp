@@ -44,16 +44,11 @@ void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& 
                  const prefill::ConcurrentCtas& occupancy, const tune::Cache* cache) {
   const GemmProblem& s = shape.problem;
   std::vector<prefill::PlanCandidate> c = prefill::plan_candidates(s.m, s.n, s.k, device, occupancy);
-  const prefill::PlanCandidate* best = prefill::best_candidate(c);
-  // None can run: choose_plan's error names the shared memory needed and available.
-  if (best == nullptr) prefill::choose_plan(s.m, s.n, s.k, device, occupancy);
-  const prefill::Plan chosen = best->plan;  // a copy: the sort below moves the candidates
-  // Whether the chosen plan dequantizes W4A4's activations in the kernel, against what such a
-  // kernel may request (the opt-in limit less its own shared memory, as the runner computes it on
-  // the device); otherwise its GEMM runs behind the activation pass, without workspace splits.
-  const bool w4a4_in_kernel =
-      prefill::w4a4_dequantizes_in_kernel(chosen, s.k, device.smem_per_block_optin - prefill::kKernelStaticSmemBytes);
-  const prefill::Plan w4a4_chosen = prefill::w4a4_plan(chosen, w4a4_in_kernel, c);
+  // Copies: the sort below moves the candidates. W4A4's kernel may request the opt-in limit less
+  // its own shared memory (the runner asks the device; kKernelStaticSmemBytes bounds it).
+  const std::int64_t dequant_smem = device.smem_per_block_optin - prefill::kKernelStaticSmemBytes;
+  const prefill::Plan chosen = prefill::policy_plan(c, false, s.k, dequant_smem, device).plan;
+  const auto [w4a4_chosen, w4a4_in_kernel] = prefill::policy_plan(c, true, s.k, dequant_smem, device);
   const bool w4a4_differs = w4a4_chosen.describe() != chosen.describe();
   std::stable_sort(c.begin(), c.end(), [](const prefill::PlanCandidate& a, const prefill::PlanCandidate& b) {
     if (a.status.is_ok() != b.status.is_ok()) return a.status.is_ok();

@@ -56,17 +56,6 @@ std::vector<bool> parse_formats(const std::string& list) {
   return w4a4;
 }
 
-// The plan the prefill backend runs without a tune cache (PrefillRunner): the policy's pick, and
-// for W4A4 behind its activation pass the pick without workspace splits.
-prefill::Plan policy_plan(const std::vector<prefill::PlanCandidate>& candidates, bool w4a4, std::int64_t k,
-                          const DeviceContext& device) {
-  const prefill::PlanCandidate* best = prefill::best_candidate(candidates);
-  if (!w4a4) return best->plan;
-  const bool in_kernel =
-      prefill::w4a4_dequantizes_in_kernel(best->plan, k, device.smem_per_block_optin - prefill::kKernelStaticSmemBytes);
-  return prefill::w4a4_plan(best->plan, in_kernel, candidates);
-}
-
 // The policy's plan first, then the other runnable candidates by predicted time, `count` in all.
 std::vector<const prefill::PlanCandidate*> plans_to_measure(const std::vector<prefill::PlanCandidate>& candidates,
                                                             const prefill::Plan& policy, int count) {
@@ -211,7 +200,9 @@ void run_tune(const TuneArgs& a, CLI::App& cmd) {
       const std::vector<prefill::PlanCandidate> candidates =
           prefill::plan_candidates(p.m, p.n, p.k, device, occupancy);
       if (prefill::best_candidate(candidates) == nullptr) prefill::choose_plan(p.m, p.n, p.k, device, occupancy);
-      const prefill::Plan policy = policy_plan(candidates, w4a4, p.k, device);
+      const prefill::Plan policy =
+          prefill::policy_plan(candidates, w4a4, p.k, device.smem_per_block_optin - prefill::kKernelStaticSmemBytes, device)
+              .plan;
       const std::vector<const prefill::PlanCandidate*> chosen = plans_to_measure(candidates, policy, a.plans);
       std::vector<std::unique_ptr<GemmBackend>> owned;
       std::vector<GemmBackend*> backends;

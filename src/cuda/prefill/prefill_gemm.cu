@@ -1239,6 +1239,8 @@ bool w4a4_dequantizes_in_kernel(const Plan& plan, std::int64_t k) {
   return w4a4_dequantizes_in_kernel(plan, k, activation_dequant_limit(plan));
 }
 
+std::int64_t activation_dequant_smem_limit() { return dequant_kernel_smem_limit(); }
+
 void launch_gemm(const Plan& plan, const Nvfp4Activations& act, const std::uint8_t* packed, void* out,
                  OutputType out_type, std::int64_t m, std::int64_t n, float alpha, cudaStream_t stream,
                  std::uint64_t* timeline, bool programmatic, void* workspace) {

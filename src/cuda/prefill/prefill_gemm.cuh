@@ -97,6 +97,9 @@ Status check_activation_dequant_on_device(const Plan& plan, std::int64_t k);
 // prefill.hpp's w4a4_dequantizes_in_kernel against what the kernel may request on the current
 // device (as check_activation_dequant_on_device).
 bool w4a4_dequantizes_in_kernel(const Plan& plan, std::int64_t k);
+// The shared memory a kernel dequantizing NVFP4 activations may request on the current device: the
+// opt-in limit less that kernel's own (prefill.hpp's policy_plan `smem_per_block` on the device).
+std::int64_t activation_dequant_smem_limit();
 
 // The same with NVFP4 activations that the kernel's consumer warpgroups dequantize into shared
 // memory (no tensor maps, no separate pass), with activation_dequant_smem_bytes(plan) of it. Throws

@@ -374,7 +374,8 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
     // waits for block it - 1 as soon as block it is issued, and block it + 1's dequantization
     // must fit in block it's tensor time; the m64 / m128 tiles' blocks are short (64-128
     // tensor-core cycles per wgmma, shared by both warpgroups), so they keep two (PERF-LOG run 26:
-    // ~1% faster; not tried on m256, whose blocks are twice as long).
+    // ~1% faster; not tried on m256, whose blocks are twice as long). m144 keeps two as m128 (its
+    // 9-stage ring then unrolls with 3 fragment buffers).
     constexpr int kInFlight = BM <= 144 ? 2 : 1;
     constexpr int kBuffers = kInFlight + 1;
     // Fragments of kBuffers K blocks: block it is dequantized into frag[it % kBuffers] while the

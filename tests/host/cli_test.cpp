@@ -589,15 +589,32 @@ TEST(Cli, PlanForTheH200DatasheetUsesItsMeasuredClusterOccupancy) {
 TEST(Cli, PlanSaysWhatShareOfSmTimeEachPlanLeavesIdle) {
   const CliResult r = run_cli("plan --m 512 --n 6144 --k 2048 --device 'H200 SXM'");
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_TRUE(has(r.out, "  waves   idle  predicted us")) << r.out;
+  EXPECT_TRUE(has(r.out, "  waves   idle  past M  predicted us")) << r.out;
   const std::string pick = plan_row("sm90a bf16 x nvfp4 m256n128k64 6 stages", 1);
   const std::size_t at = r.out.find(pick);
   ASSERT_NE(at, std::string::npos) << r.out;
   const std::string row = r.out.substr(at, r.out.find('\n', at) - at);
-  EXPECT_TRUE(has(row, "     96      132      1    27%")) << row;
+  EXPECT_TRUE(has(row, "     96      132      1    27%      0%")) << row;
   const std::size_t split = r.out.find("m128n128k64 9 stages                            2    384");
   ASSERT_NE(split, std::string::npos) << r.out;
   EXPECT_TRUE(has(r.out.substr(split, r.out.find('\n', split) - split), "    384      132      3     3%")) << r.out;
+}
+
+// The past-M column: W13 at M = 520 on m144 tiles covers 576 rows (10% past M), on m128 tiles
+// 640 (19%), which is why the policy takes m144 there.
+TEST(Cli, PlanSaysWhatShareOfTheTilesRowsLiesPastM) {
+  const CliResult r = run_cli("plan --m 520 --n 4096 --k 6144 --device 'H200 SXM'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  // A row, picked or not: plan_row without its "  * " mark.
+  const auto row_of = [&](const std::string& config, int split) {
+    const std::size_t at = r.out.find(plan_row(config, split).substr(4));
+    return at == std::string::npos ? std::string() : r.out.substr(at, r.out.find('\n', at) - at);
+  };
+  const std::string m144 = row_of("sm90a bf16 x nvfp4 m144n128k64 9 stages, 3 K blocks per copy", 1);
+  const std::string m128 = row_of("sm90a bf16 x nvfp4 m128n128k64 9 stages, 3 K blocks per copy", 1);
+  EXPECT_TRUE(has(r.out, plan_row("sm90a bf16 x nvfp4 m144n128k64 9 stages, 3 K blocks per copy", 1))) << r.out;
+  EXPECT_TRUE(has(m144, "    128      132      1     3%     10%")) << m144;
+  EXPECT_TRUE(has(m128, "    160      132      2    39%     19%")) << m128;
 }
 
 TEST(Cli, PlanSaysWhenAPersistentPlanHalvesItsLastWave) {

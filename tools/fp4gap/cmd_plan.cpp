@@ -109,7 +109,8 @@ void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& 
   // Wide enough for the longest configuration name ("... 9 stages, 3 K blocks per copy").
   constexpr int kConfigWidth = 62;
   out << "    " << std::left << std::setw(kConfigWidth) << "config" << std::right << std::setw(6) << "split" << std::setw(7)
-      << "CTAs" << std::setw(9) << "at once" << std::setw(7) << "waves" << std::setw(7) << "idle" << std::setw(14)
+      << "CTAs" << std::setw(9) << "at once" << std::setw(7) << "waves" << std::setw(7) << "idle" << std::setw(8)
+      << "past M" << std::setw(14)
       << "predicted us" << (cache != nullptr ? "   measured us" : "") << "  split-K reduction\n";
   for (const prefill::PlanCandidate& p : c) {
     const bool pick = p.status.is_ok() && p.plan.describe() == chosen.describe();
@@ -119,18 +120,22 @@ void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& 
       out << "  not supported: " << p.status.reason << "\n";
       continue;
     }
-    // The share of SM time the launch's waves leave idle (every tile the same work).
-    std::ostringstream idle;
+    // The share of SM time the launch's waves leave idle (every tile the same work), and of the
+    // tiles' rows that lie past M (tensor work no output keeps).
+    std::ostringstream idle, past_m;
     if (device.sm_count > 0) {
-      const LaunchFill fill = prefill::launch_fill(p.plan, p.concurrent_ctas);
-      idle << std::fixed << std::setprecision(0) << summarize_launch_fill(fill, device.sm_count).idle_fraction * 100.0
-           << "%";
+      LaunchFill fill = prefill::launch_fill(p.plan, p.concurrent_ctas);
+      fill.m = s.m;
+      const LaunchFillSummary summary = summarize_launch_fill(fill, device.sm_count);
+      idle << std::fixed << std::setprecision(0) << summary.idle_fraction * 100.0 << "%";
+      past_m << std::fixed << std::setprecision(0) << summary.rows_past_m * 100.0 << "%";
     } else {
       idle << "-";
+      past_m << "-";
     }
     out << std::setw(6) << p.split_k << std::setw(7) << p.plan.ctas() << std::setw(9) << p.concurrent_ctas
-        << std::setw(7) << p.waves << std::setw(7) << idle.str() << std::setw(14) << std::fixed << std::setprecision(1)
-        << p.predicted_us;
+        << std::setw(7) << p.waves << std::setw(7) << idle.str() << std::setw(8) << past_m.str() << std::setw(14)
+        << std::fixed << std::setprecision(1) << p.predicted_us;
     if (cache != nullptr) out << std::setw(14) << measured_us(tuned, p);
     out << "  " << (p.split_k == 1 ? "-" : p.reduction == prefill::SplitReduction::cluster ? "cluster" : "workspace") << "\n";
     if (p.config.persistent) {

@@ -199,7 +199,7 @@ void run_tune(const TuneArgs& a, CLI::App& cmd) {
       }
       const std::vector<prefill::PlanCandidate> candidates =
           prefill::plan_candidates(p.m, p.n, p.k, device, occupancy);
-      if (prefill::best_candidate(candidates) == nullptr) prefill::choose_plan(p.m, p.n, p.k, device, occupancy);
+      // Throws, naming the shared memory needed and available, where no plan can run.
       const prefill::Plan policy =
           prefill::policy_plan(candidates, w4a4, p.k, device.smem_per_block_optin - prefill::kKernelStaticSmemBytes, device)
               .plan;

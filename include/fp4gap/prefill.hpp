@@ -138,6 +138,9 @@ struct Plan {
   std::int64_t m_tiles = 0;  // ceil(M / block_m)
   std::int64_t n_tiles = 0;  // ceil(N / kBlockN)
   std::int64_t k_blocks = 0; // ceil(K / kBlockK)
+  // Launched as a programmatic dependent launch (launch_gemm's `programmatic`): make_plan sets
+  // launches_programmatically(config); a tune cache's plan may say otherwise (launch_override).
+  bool programmatic = false;
   // Work units: output tiles x split_k. A persistent config launches at most one CTA per
   // concurrently resident slot and loops over them.
   std::int64_t ctas() const { return m_tiles * n_tiles * split_k; }
@@ -250,6 +253,13 @@ Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, const DeviceCon
 // large M, so those launch plainly. m144 (m128 with 16 rows more) launches as m128 does, not
 // measured the other way.
 constexpr bool launches_programmatically(const TileConfig& config) { return config.block_m <= 144; }
+
+// ", launched programmatically" or ", launched plainly" where `plan` launches otherwise than
+// launches_programmatically says for its configuration (a plan `fp4gap tune` measured the other
+// way: PERF-LOG run 48 found single-wave m192 / m256 plans 0.8-1.5 us faster launched
+// programmatically at the median, but some 1-8 us slower, which no rule by waves separated); empty
+// otherwise.
+std::string launch_override(const Plan& plan);
 
 // Dynamic shared memory of a launch of `plan` that dequantizes NVFP4 activations in the kernel:
 // the CTA's activation tiles of all of its K blocks stay resident where the ring's activation

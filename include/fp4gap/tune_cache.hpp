@@ -43,6 +43,9 @@ struct MeasuredPlan {
   std::string config;     // prefill::TileConfig::name()
   int split_k = 1;
   bool workspace_reduction = false;  // split-K partials added in a global workspace, not a cluster
+  // The launch where it is not the configuration's own (prefill::launches_programmatically): true,
+  // a programmatic dependent launch; false, a plain one; nullopt, the configuration's.
+  std::optional<bool> programmatic;
   double predicted_us = 0.0;         // the policy's cost model
   bool passed = false;               // verified against the reference (then timed)
   std::optional<double> graph_us;    // graph-timed median, cold weights
@@ -76,7 +79,8 @@ struct Entry {
 
   // Index into measured of the fastest plan that passed and was timed; nullopt when none.
   std::optional<std::size_t> best() const;
-  // Index of the policy's pick in measured; nullopt when it was not measured.
+  // Index of the policy's pick in measured, launched as its configuration launches; nullopt when
+  // it was not measured.
   std::optional<std::size_t> policy() const;
 };
 

@@ -205,7 +205,7 @@ class PrefillRunner final : public GemmRunner {
   // pass itself launches programmatically too (it waits for the previous kernel before it reads
   // or writes).
   bool programmatic() const {
-    return (w4a4_ && !dequant_in_kernel_) || prefill::launches_programmatically(plan_.config);
+    return (w4a4_ && !dequant_in_kernel_) || plan_.programmatic;
   }
 
   GemmProblem p_;

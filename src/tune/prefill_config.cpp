@@ -192,7 +192,13 @@ Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, const TileConfig&
   p.m_tiles = ceil_div(m, config.block_m);
   p.n_tiles = ceil_div(n, kBlockN);
   p.k_blocks = ceil_div(k, kBlockK);
+  p.programmatic = launches_programmatically(config);
   return p;
+}
+
+std::string launch_override(const Plan& plan) {
+  if (plan.programmatic == launches_programmatically(plan.config)) return {};
+  return plan.programmatic ? ", launched programmatically" : ", launched plainly";
 }
 
 namespace {
@@ -470,7 +476,8 @@ NamedCandidate find_candidate(const std::vector<PlanCandidate>& candidates, cons
 
 bool measures(const tune::MeasuredPlan& measured, const Plan& plan) {
   return measured.config == plan.config.name() && measured.split_k == plan.split_k &&
-         measured.workspace_reduction == plan.workspace_reduction();
+         measured.workspace_reduction == plan.workspace_reduction() &&
+         measured.programmatic.value_or(launches_programmatically(plan.config)) == plan.programmatic;
 }
 
 namespace {
@@ -539,7 +546,9 @@ TunedChoice tuned_plan(const std::string& backend, std::int64_t m, std::int64_t 
   std::ostringstream os;
   os << "tuned on this device" << at << ": " << format_fixed(*measured.graph_us, 2) << " us";
   if (pick_us) os << " against the policy's pick's " << format_fixed(*pick_us, 2);
-  return {named.candidate->plan, os.str(), entry};
+  Plan plan = named.candidate->plan;
+  if (measured.programmatic) plan.programmatic = *measured.programmatic;
+  return {plan, os.str(), entry};
 }
 
 }  // namespace fp4gap::prefill

@@ -20,14 +20,14 @@ using Json = nlohmann::ordered_json;
 Json opt(const std::optional<double>& v) { return v ? Json(*v) : Json(nullptr); }
 
 Json to_json(const MeasuredPlan& p) {
-  return Json{{"config", p.config},
-              {"split_k", p.split_k},
-              {"workspace_reduction", p.workspace_reduction},
-              {"predicted_us", p.predicted_us},
-              {"passed", p.passed},
-              {"graph_us", opt(p.graph_us)},
-              {"event_us", opt(p.event_us)},
-              {"note", p.note}};
+  Json j{{"config", p.config}, {"split_k", p.split_k}, {"workspace_reduction", p.workspace_reduction}};
+  if (p.programmatic) j["programmatic"] = *p.programmatic;  // only where it overrides the config's launch
+  j["predicted_us"] = p.predicted_us;
+  j["passed"] = p.passed;
+  j["graph_us"] = opt(p.graph_us);
+  j["event_us"] = opt(p.event_us);
+  j["note"] = p.note;
+  return j;
 }
 
 Json to_json(const Entry& e) {
@@ -126,6 +126,9 @@ Entry entry_from_json(const Json& j, const Reader& r) {
     p.config = r.str(m, "config");
     p.split_k = static_cast<int>(r.integer(m, "split_k"));
     p.workspace_reduction = r.boolean(m, "workspace_reduction");
+    // Optional: absent in caches written before launch modes were measured, and for every plan
+    // launched as its configuration launches.
+    if (m.contains("programmatic")) p.programmatic = r.boolean(m, "programmatic");
     p.predicted_us = r.number(m, "predicted_us");
     p.passed = r.boolean(m, "passed");
     p.graph_us = r.optional_number(m, "graph_us");
@@ -174,7 +177,7 @@ std::optional<std::size_t> Entry::policy() const {
   for (std::size_t i = 0; i < measured.size(); ++i) {
     const MeasuredPlan& p = measured[i];
     if (p.config == policy_config && p.split_k == policy_split_k &&
-        p.workspace_reduction == policy_workspace_reduction) {
+        p.workspace_reduction == policy_workspace_reduction && !p.programmatic) {
       return i;
     }
   }

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -875,6 +876,55 @@ TEST(PrefillBackends, RunTheTunedPlanOfTheActiveCache) {
     EXPECT_EQ(untuned.find("tuned"), std::string::npos) << untuned;
     EXPECT_EQ(untuned.find(other->plan.describe()), std::string::npos) << untuned;
   }
+}
+
+// A wide tile the policy launches plainly, which the tune cache measured faster launched
+// programmatically (fp4gap tune times the policy's pick both ways): the backend runs it that way,
+// says so, and computes the same result.
+TEST(PrefillBackends, RunTheLaunchModeATuneCacheMeasuredFaster) {
+  REQUIRE_HOPPER();
+  const std::int64_t n = 512, k = 1024;
+  const std::string path = (std::filesystem::temp_directory_path() / "fp4gap-tuned-launch-test.json").string();
+  std::optional<prefill::Plan> plain;
+  std::int64_t m = 0;
+  for (const std::int64_t candidate_m : {512, 768, 1024, 2048}) {
+    const auto candidates = prefill::plan_candidates(candidate_m, n, k, gpu(), prefill::concurrent_ctas);
+    const prefill::Plan pick = prefill::best_candidate(candidates)->plan;
+    if (!pick.programmatic) {
+      plain = pick;
+      m = candidate_m;
+      break;
+    }
+  }
+  ASSERT_TRUE(plain.has_value()) << "no M of 512-2048 at N = 512, K = 1024 where the policy launches plainly";
+  tune::Entry e;
+  e.device = tune::device_key(gpu());
+  e.problem = tune::ProblemKey{"fp4gap-prefill-w4a16", m, n, k, OutputType::bf16};
+  e.policy_config = plain->config.name();
+  e.policy_split_k = plain->split_k;
+  tune::MeasuredPlan as_configured;
+  as_configured.config = plain->config.name();
+  as_configured.split_k = plain->split_k;
+  as_configured.passed = true;
+  as_configured.graph_us = 2.0;
+  tune::MeasuredPlan programmatic = as_configured;
+  programmatic.programmatic = true;
+  programmatic.graph_us = 1.0;
+  e.measured = {as_configured, programmatic};
+  tune::Cache cache;
+  cache.put(e);
+  cache.save(path);
+  tune::use_cache_file(path);
+  const GemmProblem p = make_problem(m, n, k, false, OutputType::bf16);
+  const GemmInputs inputs = make_gemm_inputs(p, 7950, InputDistribution::exact_grid);
+  const std::string config = backend("fp4gap-prefill-w4a16").prepare(inputs, 1)->config();
+  EXPECT_NE(config.find(plain->describe() + ", programmatic launch"), std::string::npos) << config;
+  EXPECT_NE(config.find("tuned on this device: 1.00 us against the policy's pick's 2.00"), std::string::npos) << config;
+  check_backend("fp4gap-prefill-w4a16", p, 7951, InputDistribution::exact_grid);
+  check_backend("fp4gap-prefill-w4a16", p, 7952, InputDistribution::random);
+  tune::clear_active_cache();
+  const std::string untuned = backend("fp4gap-prefill-w4a16").prepare(inputs, 1)->config();
+  EXPECT_EQ(untuned.find("programmatic launch"), std::string::npos) << untuned;
 }
 
 }  // namespace

@@ -358,6 +358,16 @@ TEST(PrefillPolicy, SmallMUsesTheNarrowTiles) {
   EXPECT_EQ(q.config.block_m, 128) << q.describe();
   EXPECT_TRUE(launches_programmatically(q.config)) << q.describe();
   EXPECT_FALSE(launches_programmatically(tile_configs()[0])) << tile_configs()[0].name();
+  // make_plan launches each configuration as launches_programmatically says; launch_override
+  // names only a plan launched the other way.
+  for (const TileConfig& c : tile_configs()) {
+    Plan plan = make_plan(512, 2048, 6144, c, 1);
+    EXPECT_EQ(plan.programmatic, launches_programmatically(c)) << c.name();
+    EXPECT_EQ(launch_override(plan), "") << c.name();
+    plan.programmatic = !plan.programmatic;
+    EXPECT_EQ(launch_override(plan), plan.programmatic ? ", launched programmatically" : ", launched plainly")
+        << c.name();
+  }
 }
 
 TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {

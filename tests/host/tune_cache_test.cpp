@@ -299,6 +299,68 @@ TEST(TunedPlan, RunsTheFastestVerifiedPlanOfTheActiveCache) {
   clear_active_cache();
 }
 
+// W2 at M = 512, where the policy runs the 6-stage m256 unsplit, launched plainly as its
+// configuration launches; fp4gap tune also times it launched programmatically.
+Entry launch_entry(const DeviceContext& device, double plain_us, double programmatic_us) {
+  const prefill::TileConfig& m256 = prefill::tile_configs()[0];
+  Entry e;
+  e.device = device_key(device);
+  e.problem = ProblemKey{"fp4gap-prefill-w4a16", 512, 6144, 2048, OutputType::bf16};
+  e.policy_config = m256.name();
+  e.measured.push_back(measured(m256, 1, false, 23.4, plain_us));
+  MeasuredPlan flipped = measured(m256, 1, false, 23.4, programmatic_us);
+  flipped.programmatic = true;
+  e.measured.push_back(flipped);
+  return e;
+}
+
+TEST(TuneCache, ALaunchModeOverrideRoundTripsAndIsNotThePolicysPick) {
+  Cache cache;
+  cache.put(launch_entry(h200_context(), 24.2, 23.1));
+  const std::string text = cache.to_json_text();
+  const Entry back = Cache::from_json_text(text, "test").entries()[0];
+  ASSERT_EQ(back.measured.size(), 2u);
+  EXPECT_FALSE(back.measured[0].programmatic.has_value());  // the config's own launch: not written
+  ASSERT_TRUE(back.measured[1].programmatic.has_value());
+  EXPECT_TRUE(*back.measured[1].programmatic);
+  EXPECT_EQ(text.find("\"programmatic\""), text.rfind("\"programmatic\""));  // written once
+  // The policy runs its pick as the configuration launches: the first, not the override.
+  ASSERT_TRUE(back.policy().has_value());
+  EXPECT_EQ(*back.policy(), 0u);
+  ASSERT_TRUE(back.best().has_value());
+  EXPECT_EQ(*back.best(), 1u);
+}
+
+TEST(TunedPlan, ALaunchModeMeasuredFasterIsTheOneRun) {
+  const DeviceContext device = h200_context();
+  const auto candidates = prefill::plan_candidates(512, 6144, 2048, device);
+  const prefill::Plan policy = prefill::best_candidate(candidates)->plan;
+  ASSERT_EQ(policy.config.name(), prefill::tile_configs()[0].name()) << policy.describe();
+  ASSERT_FALSE(policy.programmatic);
+  EXPECT_EQ(prefill::launch_override(policy), "");
+  const std::string path = temp_path("launch.json");
+  for (const auto& [plain_us, programmatic_us] : {std::pair{24.2, 23.1}, std::pair{24.2, 25.0}}) {
+    Cache cache;
+    cache.put(launch_entry(device, plain_us, programmatic_us));
+    cache.save(path);
+    use_cache_file(path);
+    const prefill::TunedChoice t =
+        prefill::tuned_plan("fp4gap-prefill-w4a16", 512, 6144, 2048, OutputType::bf16, device, candidates, policy);
+    ASSERT_TRUE(t.plan.has_value()) << t.note;
+    EXPECT_EQ(t.plan->describe(), policy.describe());
+    const bool faster = programmatic_us < plain_us;
+    EXPECT_EQ(t.plan->programmatic, faster) << t.note;
+    EXPECT_EQ(prefill::launch_override(*t.plan), faster ? ", launched programmatically" : "");
+    // The pick's time is the plain launch's, the one the policy runs.
+    EXPECT_NE(t.note.find("against the policy's pick's 24.20"), std::string::npos) << t.note;
+    // measures() tells the launches apart.
+    EXPECT_TRUE(prefill::measures(t.entry->measured[0], policy));
+    EXPECT_FALSE(prefill::measures(t.entry->measured[1], policy));
+    EXPECT_TRUE(prefill::measures(t.entry->measured[faster ? 1 : 0], *t.plan));
+  }
+  clear_active_cache();
+}
+
 TEST(TunedPlan, AnEntryThatCannotRunHereIsReportedAndThePolicyDecides) {
   const DeviceContext device = h200_context();
   const auto candidates = prefill::plan_candidates(128, 6144, 2048, device);

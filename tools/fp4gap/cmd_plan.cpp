@@ -73,7 +73,8 @@ void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& 
     tuned = t.entry;
     out << "  tune cache: ";
     if (t.plan) {
-      out << "fp4gap-prefill-w4a16 runs " << t.plan->describe() << " (" << t.note << ")\n";
+      out << "fp4gap-prefill-w4a16 runs " << t.plan->describe() << prefill::launch_override(*t.plan) << " (" << t.note
+          << ")\n";
     } else {
       out << (t.note.empty() ? "no entry for this device and shape" : t.note) << "\n";
     }

@@ -56,9 +56,17 @@ std::vector<bool> parse_formats(const std::string& list) {
   return w4a4;
 }
 
-// The policy's plan first, then the other runnable candidates by predicted time, `count` in all.
-std::vector<const prefill::PlanCandidate*> plans_to_measure(const std::vector<prefill::PlanCandidate>& candidates,
-                                                            const prefill::Plan& policy, int count) {
+struct PlanToMeasure {
+  prefill::Plan plan;
+  double predicted_us = 0.0;
+};
+
+// The policy's plan first, then the other runnable candidates by predicted time, `count` in all;
+// for W4A16, where the policy's plan launches plainly (the wide tiles), also that plan launched
+// programmatically, right after it. W4A4 behind its activation pass always launches
+// programmatically, and the narrow tiles' programmatic launch was measured faster (run 16).
+std::vector<PlanToMeasure> plans_to_measure(const std::vector<prefill::PlanCandidate>& candidates,
+                                            const prefill::Plan& policy, int count, bool w4a4) {
   std::vector<const prefill::PlanCandidate*> ok;
   for (const prefill::PlanCandidate& c : candidates) {
     if (c.status.is_ok()) ok.push_back(&c);
@@ -70,14 +78,24 @@ std::vector<const prefill::PlanCandidate*> plans_to_measure(const std::vector<pr
     return a->predicted_us < b->predicted_us;
   });
   if (static_cast<int>(ok.size()) > count) ok.resize(static_cast<std::size_t>(count));
-  return ok;
+  std::vector<PlanToMeasure> plans;
+  for (const prefill::PlanCandidate* c : ok) {
+    plans.push_back({c->plan, c->predicted_us});
+    if (!w4a4 && plans.size() == 1 && !c->plan.programmatic) {
+      PlanToMeasure flipped = plans.front();
+      flipped.plan.programmatic = true;
+      plans.push_back(flipped);
+    }
+  }
+  return plans;
 }
 
-tune::MeasuredPlan measured_plan(const prefill::PlanCandidate& c, const GemmRow& row) {
+tune::MeasuredPlan measured_plan(const PlanToMeasure& c, const GemmRow& row) {
   tune::MeasuredPlan p;
-  p.config = c.config.name();
-  p.split_k = c.split_k;
+  p.config = c.plan.config.name();
+  p.split_k = c.plan.split_k;
   p.workspace_reduction = c.plan.workspace_reduction();
+  if (!prefill::launch_override(c.plan).empty()) p.programmatic = c.plan.programmatic;
   p.predicted_us = c.predicted_us;
   p.passed = row.status == RowStatus::passed && row.median_us.has_value();
   p.graph_us = p.passed ? row.median_us : std::nullopt;
@@ -112,7 +130,7 @@ std::optional<tune::FamilyTiming> time_families(const GemmCase& shape, bool w4a4
   tune::FamilyTiming t;
   t.after = std::string(to_string(options.predecessor));
   t.decode_config = rows[0].config;
-  t.prefill_config = prefill_plan.describe();
+  t.prefill_config = prefill_plan.describe() + prefill::launch_override(prefill_plan);
   t.decode_us = timed(rows[0]);
   t.prefill_us = timed(rows[1]);
   return t;
@@ -144,6 +162,7 @@ void write_entry(std::ostream& out, const GemmCase& shape, const tune::Entry& e)
     out << (best && *best == i ? "* " : "  ") << std::left << std::setw(10) << us(p.graph_us) << std::setw(10)
         << us(p.event_us) << std::setw(14) << format_fixed(p.predicted_us, 2) << p.config << ", split-k " << p.split_k
         << (p.workspace_reduction ? " (partials in global memory)" : "")
+        << (p.programmatic ? (*p.programmatic ? ", launched programmatically" : ", launched plainly") : "")
         << (policy && *policy == i ? "  [policy's pick]" : "") << (p.note.empty() ? "" : "  " + p.note) << "\n";
   }
   if (!best) {
@@ -203,11 +222,11 @@ void run_tune(const TuneArgs& a, CLI::App& cmd) {
       const prefill::Plan policy =
           prefill::policy_plan(candidates, w4a4, p.k, device.smem_per_block_optin - prefill::kKernelStaticSmemBytes, device)
               .plan;
-      const std::vector<const prefill::PlanCandidate*> chosen = plans_to_measure(candidates, policy, a.plans);
+      const std::vector<PlanToMeasure> chosen = plans_to_measure(candidates, policy, a.plans, w4a4);
       std::vector<std::unique_ptr<GemmBackend>> owned;
       std::vector<GemmBackend*> backends;
-      for (const prefill::PlanCandidate* c : chosen) {
-        owned.push_back(make_prefill_plan_backend(w4a4, c->plan));
+      for (const PlanToMeasure& c : chosen) {
+        owned.push_back(make_prefill_plan_backend(w4a4, c.plan));
         backends.push_back(owned.back().get());
       }
       const std::vector<GemmRow> rows = run_gemm_bench({shape}, backends, options);
@@ -219,13 +238,13 @@ void run_tune(const TuneArgs& a, CLI::App& cmd) {
       e.policy_split_k = policy.split_k;
       e.policy_workspace_reduction = policy.workspace_reduction();
       for (std::size_t i = 0; i < chosen.size() && i < rows.size(); ++i) {
-        e.measured.push_back(measured_plan(*chosen[i], rows[i]));
+        e.measured.push_back(measured_plan(chosen[i], rows[i]));
         broken = broken || rows[i].status == RowStatus::incorrect;
       }
       // The prefill kernel at its fastest measured plan (the policy's pick where none passed)
       // against the decode kernel, where that serves the problem too.
       const std::optional<std::size_t> fastest = e.best();
-      e.families = time_families(shape, w4a4, fastest ? chosen[*fastest]->plan : policy, options, broken);
+      e.families = time_families(shape, w4a4, fastest ? chosen[*fastest].plan : policy, options, broken);
       e.build = build_info::kGitHash;
       e.driver = device.driver_version;
       write_entry(std::cout, shape, e);

@@ -226,7 +226,8 @@ NamedCandidate find_candidate(const std::vector<PlanCandidate>& candidates, cons
 const tune::Entry* tuned_entry(const tune::Cache& cache, const tune::DeviceKey& device, const tune::ProblemKey& problem,
                                const Plan& policy);
 
-// Whether `measured` is a measurement of `plan`: the same configuration, split and reduction.
+// Whether `measured` is a measurement of `plan`: the same configuration, split, reduction and
+// launch (an absent MeasuredPlan::programmatic is the configuration's own launch).
 bool measures(const tune::MeasuredPlan& measured, const Plan& plan);
 
 // The plan the active tune cache (tune::active_cache) measured fastest for `problem` on `device`

@@ -65,19 +65,18 @@ class DispatchBackend final : public GemmBackend {
   std::string_view description() const override { return description_; }
 
   Status supports(const GemmProblem& p, const DeviceContext& device) const override {
-    return choose(p, device).status;
+    return choose(p, device, tuned_family(p, device)).status;
   }
 
   std::unique_ptr<GemmRunner> prepare(const GemmInputs& inputs, int input_sets) override {
     int ordinal = 0;
     CUDA_CHECK(cudaGetDevice(&ordinal));
     const DeviceContext device = query_device(ordinal);
-    const FamilyChoice c = choose(inputs.problem, device);
+    const std::optional<tune::TunedFamily> tuned = tuned_family(inputs.problem, device);
+    const FamilyChoice c = choose(inputs.problem, device, tuned);
     if (!c.status.is_ok()) throw InvalidArgument(std::string(name_) + ": " + c.status.reason);
     std::unique_ptr<GemmRunner> runner = backend(c.family).prepare(inputs, input_sets);
-    const GemmProblem& p = inputs.problem;
-    if (const std::optional<tune::TunedFamily> tuned = tune::tuned_family(w4a4_, p.m, p.n, p.k, p.out_type, device);
-        tuned && tuned->family == c.family) {
+    if (tuned && tuned->family == c.family) {
       return std::make_unique<TunedFamilyRunner>(
           std::move(runner), std::string(to_string(c.family)) + " kernel by the tune cache (" + tuned->note + ")");
     }
@@ -90,11 +89,15 @@ class DispatchBackend final : public GemmBackend {
     if (b == nullptr) throw RuntimeError(std::string(name_) + ": backend not registered: " + std::string(to_string(f)));
     return *b;
   }
-  FamilyChoice choose(const GemmProblem& p, const DeviceContext& device) const {
+  // The family a tune cache timed faster for this very problem on this device, if any.
+  std::optional<tune::TunedFamily> tuned_family(const GemmProblem& p, const DeviceContext& device) const {
+    return tune::tuned_family(w4a4_, p.m, p.n, p.k, p.out_type, device);
+  }
+  // `tuned` (tuned_family) decides where both families serve the problem.
+  FamilyChoice choose(const GemmProblem& p, const DeviceContext& device,
+                      const std::optional<tune::TunedFamily>& tuned) const {
     const Status decode = backend(KernelFamily::decode).supports(p, device);
     const Status prefill = backend(KernelFamily::prefill).supports(p, device);
-    // A tune cache that timed both families for this very problem on this device decides.
-    const std::optional<tune::TunedFamily> tuned = tune::tuned_family(w4a4_, p.m, p.n, p.k, p.out_type, device);
     return choose_kernel_family(p.m, decode_max_m(w4a4_, p.n, p.k), decode, prefill,
                                 tuned ? std::optional<KernelFamily>(tuned->family) : std::nullopt);
   }

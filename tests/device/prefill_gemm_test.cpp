@@ -848,9 +848,8 @@ TEST(PrefillBackends, RunTheTunedPlanOfTheActiveCache) {
     const GemmProblem p95 = make_problem(m - 1, n, k, w4a4, OutputType::bf16);
     const std::vector<prefill::PlanCandidate> at_95 =
         prefill::plan_candidates(m - 1, n, k, gpu(), prefill::concurrent_ctas);
-    const prefill::Plan pick_95 = prefill::best_candidate(at_95)->plan;
     const prefill::Plan policy_95 =
-        w4a4 ? prefill::w4a4_plan(pick_95, prefill::w4a4_dequantizes_in_kernel(pick_95, k), at_95) : pick_95;
+        prefill::policy_plan(at_95, w4a4, k, prefill::activation_dequant_smem_limit(), gpu()).plan;
     const std::string neighbour =
         backend(name).prepare(make_gemm_inputs(p95, ++seed, InputDistribution::exact_grid), 1)->config();
     if (policy_95.describe() == policy->plan.describe() || policy_95.describe() == other->plan.describe()) {

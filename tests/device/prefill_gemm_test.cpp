@@ -882,11 +882,13 @@ TEST(PrefillBackends, RunTheTunedPlanOfTheActiveCache) {
 // says so, and computes the same result.
 TEST(PrefillBackends, RunTheLaunchModeATuneCacheMeasuredFaster) {
   REQUIRE_HOPPER();
-  const std::int64_t n = 512, k = 1024;
+  // N = 2048 gives 16 column tiles: at these M the policy's pick is an m192 / m256 tile (one that
+  // launches plainly) on the H100 and the H200 alike.
+  const std::int64_t n = 2048, k = 2048;
   const std::string path = (std::filesystem::temp_directory_path() / "fp4gap-tuned-launch-test.json").string();
   std::optional<prefill::Plan> plain;
   std::int64_t m = 0;
-  for (const std::int64_t candidate_m : {512, 768, 1024, 2048}) {
+  for (const std::int64_t candidate_m : {384, 768, 2048, 4096}) {
     const auto candidates = prefill::plan_candidates(candidate_m, n, k, gpu(), prefill::concurrent_ctas);
     const prefill::Plan pick = prefill::best_candidate(candidates)->plan;
     if (!pick.programmatic) {
@@ -895,7 +897,7 @@ TEST(PrefillBackends, RunTheLaunchModeATuneCacheMeasuredFaster) {
       break;
     }
   }
-  ASSERT_TRUE(plain.has_value()) << "no M of 512-2048 at N = 512, K = 1024 where the policy launches plainly";
+  ASSERT_TRUE(plain.has_value()) << "no M of 384-4096 at N = 2048, K = 2048 where the policy launches plainly";
   tune::Entry e;
   e.device = tune::device_key(gpu());
   e.problem = tune::ProblemKey{"fp4gap-prefill-w4a16", m, n, k, OutputType::bf16};

@@ -80,6 +80,9 @@ const std::vector<TileConfig>& tile_configs() {
       // a multiple of 128 (M = 520: 4 x 144 rows) without a fifth row of m128 tiles (a second wave
       // at N = 4096) or m192 / m256 tiles that leave a quarter of the SMs idle (PERF-LOG run 135).
       {144, 9, false, 3},  // 208,528 B
+      // EXPERIMENT (run 139): the same for M just past 64 (m64 G4 + 16 rows). (m128 G3 + 32 rows
+      // spilled with two wgmma groups in flight.)
+      {80, 12, false, 4},   // 179,392 B
   };
   return configs;
 }
@@ -278,6 +281,8 @@ constexpr TileCost kTileCosts[] = {
     // run 138's `fp4gap tune` (an H100, the glm5 shapes at M = 264, 520, 1040) timed the 9 m144
     // plans the policy picked within 1.5-3.3% of it, each the fastest of the five plans timed.
     {144, false, 3, 3.29, 3.10, 0.394, 0.0, 0.0, kTmaBandSaving},
+    // EXPERIMENT (run 139), set from m64 G4's before any run (K block x 1.04: dequantization-bound).
+    {80, false, 4, 4.30, 2.10, 0.260, 0.0, 2.90, kTmaBandSaving},
 };
 
 const TileCost& tile_cost(const TileConfig& config) {

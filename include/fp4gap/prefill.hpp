@@ -75,7 +75,7 @@ struct TileConfig {
   // (SplitReduction::workspace): the tiles of at most 64 rows. There the last CTA to arrive brings
   // every split's partial tile (8-32 KB) back with bulk copies and adds them; for the wider tiles
   // the cluster reduction, which spreads the adding over all split CTAs, is left.
-  FP4GAP_HD static constexpr bool workspace_split(int block_m, bool persistent) { return block_m <= 64 && !persistent; }
+  FP4GAP_HD static constexpr bool workspace_split(int block_m, bool persistent) { return block_m <= 80 && !persistent; }
   bool workspace_split() const { return workspace_split(block_m, persistent); }
 
   // Whether this config's kernel can take NVFP4 activations and dequantize them itself (W4A4

@@ -80,6 +80,10 @@ const std::vector<TileConfig>& tile_configs() {
       // a multiple of 128 (M = 520: 4 x 144 rows) without a fifth row of m128 tiles (a second wave
       // at N = 4096) or m192 / m256 tiles that leave a quarter of the SMs idle (PERF-LOG run 135).
       {144, 9, false, 3},  // 208,528 B
+      // The same for M just past a multiple of 64 (m64 G4 + 16 rows): PERF-LOG run 139 (an H100)
+      // timed the glm5 points it takes 3-17% faster than main's picks (M = 72: W13 16.6 -> 14.4 us;
+      // M = 150: W2 15.6 -> 13.0). (m128 G3 + 32 rows spilled with two wgmma groups in flight.)
+      {80, 12, false, 4},  // 179,392 B
   };
   return configs;
 }
@@ -284,6 +288,12 @@ constexpr TileCost kTileCosts[] = {
     // run 138's `fp4gap tune` (an H100, the glm5 shapes at M = 264, 520, 1040) timed the 9 m144
     // plans the policy picked within 1.5-3.3% of it, each the fastest of the five plans timed.
     {144, false, 3, 3.29, 3.10, 0.394, 0.0, 0.0, kTmaBandSaving},
+    // Set from m64 G4's before any run (K block x 1.04: dequantization-bound). Run 139's tune (10
+    // plans at glm5 M = 72) measured the workspace-reduced splits 0.57 us further above this
+    // entry than the cluster ones on average, so its workspace reduction is 3.5 us, not m64's 2.90
+    // (its partial tiles are 80/64 as large): with 2.90 the policy ran seed M = 72 at split 8
+    // through the workspace, 8.7% slower than split 6 in a cluster.
+    {80, false, 4, 4.30, 2.10, 0.260, 0.0, 3.50, kTmaBandSaving},
 };
 
 const TileCost& tile_cost(const TileConfig& config) {

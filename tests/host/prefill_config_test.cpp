@@ -20,7 +20,7 @@ using test::h200_context;
 
 TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
   const std::vector<TileConfig>& configs = tile_configs();
-  ASSERT_EQ(configs.size(), 11u);
+  ASSERT_EQ(configs.size(), 12u);
   EXPECT_EQ(configs[0].name(), "sm90a bf16 x nvfp4 m256n128k64 6 stages");
   EXPECT_EQ(configs[1].name(), "sm90a bf16 x nvfp4 m128n128k64 9 stages");
   EXPECT_EQ(configs[2].name(), "sm90a bf16 x nvfp4 m64n128k64 12 stages");
@@ -32,6 +32,8 @@ TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
   EXPECT_EQ(configs[8].name(), "sm90a bf16 x nvfp4 m16n128k64 12 stages, 4 K blocks per copy");
   EXPECT_EQ(configs[9].name(), "sm90a bf16 x nvfp4 m64n128k64 12 stages, 4 K blocks per copy");
   EXPECT_EQ(configs[10].name(), "sm90a bf16 x nvfp4 m144n128k64 9 stages, 3 K blocks per copy");
+  EXPECT_EQ(configs[11].name(), "sm90a bf16 x nvfp4 m80n128k64 12 stages, 4 K blocks per copy");
+  EXPECT_EQ(configs[11].smem_bytes(), 12 * (80 * 128 + 4608) + 192 + 1024);
   // Two consumer warpgroups and one producer warpgroup.
   for (const TileConfig& c : configs) EXPECT_EQ(c.threads(), 384) << c.name();
   EXPECT_EQ(configs[7].smem_bytes(), 12 * (32 * 128 + 4608) + 192 + 1024);
@@ -448,6 +450,14 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
                        Case{520, 2048, 6144, 144, 2, false, kCluster, 3},   // 25.93 (m192 split 2: 30.47)
                        Case{264, 2048, 6144, 144, 3, false, kCluster, 3},   // 18.92 (m128 G3 split 2: 22.07)
                        Case{520, 6144, 2048, 128, 1, false, kCluster, 3},   // 29.30 (m144: 31.60)
+                       // Just past a multiple of 64: run 139's `fp4gap tune` (an H100), m80 G4 (the
+                       // runner-up in brackets); seed M = 72 is the point that set m80's workspace term
+                       Case{72, 4096, 6144, 80, 4, false, SplitReduction::workspace, 4},  // 14.42 (split 3: 15.37)
+                       Case{72, 6144, 2048, 80, 2, false, kCluster, 4},   // 10.64 (workspace: 11.51)
+                       Case{72, 2048, 6144, 80, 6, false, kCluster, 4},   // 11.09 (split 5: 11.63; workspace split 8: 12.05)
+                       Case{300, 4096, 6144, 80, 1, false, kCluster, 4},  // 30.12 (m192 split 2: 30.99)
+                       Case{300, 2048, 6144, 80, 2, false, kCluster, 4},  // 19.64 (workspace: 20.43)
+                       Case{300, 6144, 2048, 192, 1, false},              // 19.67 (m64 G4: 22.10)
                        // M = 16, 32: run 52, the one-k-group tiles with 4 K blocks per copy (the
                        // two-k-group tiles' best in the same sweep in brackets).
                        Case{32, 4096, 6144, 32, 4, false, SplitReduction::workspace, 4},  // 11.51 (12.92)
@@ -552,10 +562,10 @@ TEST(PrefillPolicy, CandidatesCoverEveryPlanAndSayWhyOthersCannotRun) {
   const std::vector<PlanCandidate> c = plan_candidates(512, 2048, 6144, small, no_threes);
   // In tile_configs() order: m256, m128, m64, the persistent m256, the two m192 configs and m128
   // with copy groups unfit, then m32 and m16 x split 1, and splits 2..8 each with a cluster and
-  // then a workspace reduction, then m64 with copy groups and m144 unfit.
+  // then a workspace reduction, then m64 with copy groups, m144 and m80 unfit.
   constexpr std::size_t kPerConfig = 1 + 2 * (kMaxSplitK - 1);
-  constexpr std::size_t kUnfit[] = {0, 1, 2, 3, 4, 5, 6, 7 + 2 * kPerConfig, 8 + 2 * kPerConfig};
-  ASSERT_EQ(c.size(), 9u + 2 * kPerConfig);
+  constexpr std::size_t kUnfit[] = {0, 1, 2, 3, 4, 5, 6, 7 + 2 * kPerConfig, 8 + 2 * kPerConfig, 9 + 2 * kPerConfig};
+  ASSERT_EQ(c.size(), 10u + 2 * kPerConfig);
   for (const std::size_t i : kUnfit) {
     EXPECT_EQ(c[i].status.code, StatusCode::not_supported) << c[i].config.name();
     EXPECT_NE(c[i].status.reason.find(std::to_string(c[i].config.smem_bytes())), std::string::npos) << c[i].status.reason;

@@ -91,6 +91,12 @@ struct Wgmma<96> {
   }
 };
 template <>
+struct Wgmma<80> {
+  static __device__ __forceinline__ void mma(float (&d)[40], const std::uint32_t (&a)[4], std::uint64_t desc) {
+    wgmma_split<64, 16>(d, a, desc);
+  }
+};
+template <>
 struct Wgmma<144> {
   static __device__ __forceinline__ void mma(float (&d)[72], const std::uint32_t (&a)[4], std::uint64_t desc) {
     wgmma_split<128, 16>(d, a, desc);
@@ -915,6 +921,7 @@ KernelFn kernel_for(const TileConfig& c, bool dequant_act = false) {
   if (is(192, 6, true, 1)) return prefill_gemm_kernel<192, 6, true, 1>;
   if (is(128, 9, false, 3)) return prefill_gemm_kernel<128, 9, false, 3>;
   if (is(144, 9, false, 3)) return prefill_gemm_kernel<144, 9, false, 3>;
+  if (is(80, 12, false, 4)) return prefill_gemm_kernel<80, 12, false, 4>;
   if (is(32, 12, false, 4)) return prefill_gemm_kernel<32, 12, false, 4>;
   if (is(16, 12, false, 4)) return prefill_gemm_kernel<16, 12, false, 4>;
   if (is(64, 12, false, 4)) return prefill_gemm_kernel<64, 12, false, 4>;

@@ -73,6 +73,11 @@ struct Entry {
   int policy_split_k = 1;
   bool policy_workspace_reduction = false;
   std::vector<MeasuredPlan> measured;
+  // What ran before each timed launch of the measured plans (timing.hpp's predecessor name,
+  // `fp4gap tune --after`): "itself", back to back, where a programmatic launch overlaps the GEMM's
+  // own previous launch; "norm" as a layer runs it (PERF-LOG run 142: the wide tiles' launch mode
+  // ranks differently there).
+  std::string timed_after = "itself";
   std::optional<FamilyTiming> families;  // absent where only the prefill kernel serves the problem
   std::string build;          // fp4gap commit that measured it (build_info)
   std::string driver;         // CUDA driver version

@@ -554,7 +554,9 @@ TunedChoice tuned_plan(const std::string& backend, std::int64_t m, std::int64_t 
   }
   if (!pick_us && entry->policy()) pick_us = entry->measured[*entry->policy()].graph_us;
   std::ostringstream os;
-  os << "tuned on this device" << at << ": " << format_fixed(*measured.graph_us, 2) << " us";
+  os << "tuned on this device" << at;
+  if (entry->timed_after != "itself") os << " (timed after " << entry->timed_after << ")";
+  os << ": " << format_fixed(*measured.graph_us, 2) << " us";
   if (pick_us) os << " against the policy's pick's " << format_fixed(*pick_us, 2);
   Plan plan = named.candidate->plan;
   if (measured.programmatic) plan.programmatic = *measured.programmatic;

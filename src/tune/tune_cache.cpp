@@ -11,6 +11,7 @@
 
 #include "fp4gap/report.hpp"
 #include "fp4gap/status.hpp"
+#include "fp4gap/timing.hpp"
 
 namespace fp4gap::tune {
 namespace {
@@ -33,7 +34,7 @@ Json to_json(const MeasuredPlan& p) {
 Json to_json(const Entry& e) {
   Json measured = Json::array();
   for (const MeasuredPlan& p : e.measured) measured.push_back(to_json(p));
-  return Json{{"device", {{"name", e.device.name},
+  Json j{{"device", {{"name", e.device.name},
                           {"sm_count", e.device.sm_count},
                           {"cc_major", e.device.cc_major},
                           {"cc_minor", e.device.cc_minor}}},
@@ -54,6 +55,8 @@ Json to_json(const Entry& e) {
                                       : Json(nullptr)},
               {"build", e.build},
               {"driver", e.driver}};
+  if (e.timed_after != "itself") j["timed_after"] = e.timed_after;  // only where not back to back
+  return j;
 }
 
 // Reads fields with messages that name the file, the entry and the field.
@@ -135,6 +138,15 @@ Entry entry_from_json(const Json& j, const Reader& r) {
     p.event_us = r.optional_number(m, "event_us");
     p.note = r.str(m, "note");
     e.measured.push_back(std::move(p));
+  }
+  // Optional: absent in caches written before `fp4gap tune --after` and for back-to-back timing.
+  if (j.contains("timed_after")) {
+    e.timed_after = r.str(j, "timed_after");
+    try {
+      parse_predecessor(e.timed_after);
+    } catch (const InvalidArgument& ex) {
+      r.fail("field \"timed_after\": " + std::string(ex.what()));
+    }
   }
   // Optional: caches written before the family timings were measured have no such field.
   if (j.contains("families") && !j.at("families").is_null()) {

@@ -469,6 +469,9 @@ TEST(Cli, TuneNeedsADeviceAndRejectsBadArguments) {
   const CliResult plans = run_cli("tune --m 128 --n 256 --k 256 --plans 0 --cache '" + (dir / "t.json").string() + "'");
   EXPECT_EQ(plans.code, 2) << plans.err;
   EXPECT_TRUE(has(plans.err, "--plans must be at least 1: --plans 0")) << plans.err;
+  const CliResult after = run_cli("tune --m 128 --n 256 --k 256 --after silu --cache '" + (dir / "t.json").string() + "'");
+  EXPECT_EQ(after.code, 2) << after.err;
+  EXPECT_TRUE(has(after.err, "--after: silu not in {itself,norm,norm-pdl,quantize}")) << after.err;
   // A cache that cannot be read is left as it is, not overwritten.
   std::ofstream(dir / "corrupt.json") << "[1, 2";
   const CliResult corrupt = run_cli("tune --m 128 --n 256 --k 256 --cache '" + (dir / "corrupt.json").string() + "'");

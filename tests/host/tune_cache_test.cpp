@@ -361,6 +361,45 @@ TEST(TunedPlan, ALaunchModeMeasuredFasterIsTheOneRun) {
   clear_active_cache();
 }
 
+// `fp4gap tune --after norm`: the entry says what ran before each timed launch, and a backend
+// that follows it says so; back to back (the default) is not written, so older caches load as it.
+TEST(TuneCache, WhatRanBeforeTheTimedLaunchesRoundTripsAndIsNamedWhereFollowed) {
+  const DeviceContext device = h200_context();
+  Entry behind_norm = launch_entry(device, 20.84, 21.35);
+  behind_norm.timed_after = "norm";
+  Cache cache;
+  cache.put(behind_norm);
+  const std::string text = cache.to_json_text();
+  EXPECT_NE(text.find("\"timed_after\": \"norm\""), std::string::npos) << text;
+  EXPECT_EQ(Cache::from_json_text(text, "test").entries()[0].timed_after, "norm");
+  Cache back_to_back;
+  back_to_back.put(launch_entry(device, 24.2, 23.1));
+  EXPECT_EQ(back_to_back.to_json_text().find("timed_after"), std::string::npos);
+  EXPECT_EQ(Cache::from_json_text(back_to_back.to_json_text(), "test").entries()[0].timed_after, "itself");
+  std::string unknown = text;
+  unknown.replace(unknown.find("\"norm\""), 6, "\"silu\"");
+  try {
+    Cache::from_json_text(unknown, "t");
+    ADD_FAILURE() << "accepted timed_after \"silu\"";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("entry 0: field \"timed_after\""), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("silu"), std::string::npos) << e.what();
+  }
+
+  // Behind the norm the plain launch measured faster: the backend runs it and names the timing.
+  const std::string path = temp_path("after-norm.json");
+  cache.save(path);
+  use_cache_file(path);
+  const auto candidates = prefill::plan_candidates(512, 6144, 2048, device);
+  const prefill::Plan policy = prefill::best_candidate(candidates)->plan;
+  const prefill::TunedChoice t =
+      prefill::tuned_plan("fp4gap-prefill-w4a16", 512, 6144, 2048, OutputType::bf16, device, candidates, policy);
+  ASSERT_TRUE(t.plan.has_value()) << t.note;
+  EXPECT_FALSE(t.plan->programmatic);
+  EXPECT_EQ(t.note, "tuned on this device (timed after norm): 20.84 us against the policy's pick's 20.84");
+  clear_active_cache();
+}
+
 TEST(TunedPlan, AnEntryThatCannotRunHereIsReportedAndThePolicyDecides) {
   const DeviceContext device = h200_context();
   const auto candidates = prefill::plan_candidates(128, 6144, 2048, device);

@@ -33,6 +33,7 @@ struct TuneArgs {
   int plans = 6;
   std::string cache;
   std::uint64_t seed = 1;
+  std::string after = "itself";
 };
 
 std::string default_cache_path() {
@@ -65,8 +66,11 @@ struct PlanToMeasure {
 // for W4A16, where the policy's plan launches plainly (the wide tiles), also that plan launched
 // programmatically, right after it. W4A4 behind its activation pass always launches
 // programmatically, and the narrow tiles' programmatic launch was measured faster (run 16).
+// Behind a predecessor that lets the GEMM launch early every plan is launched programmatically
+// (predecessor_allows_early_launch), so there is no other launch to time.
 std::vector<PlanToMeasure> plans_to_measure(const std::vector<prefill::PlanCandidate>& candidates,
-                                            const prefill::Plan& policy, int count, bool w4a4) {
+                                            const prefill::Plan& policy, int count, bool w4a4,
+                                            Predecessor after) {
   std::vector<const prefill::PlanCandidate*> ok;
   for (const prefill::PlanCandidate& c : candidates) {
     if (c.status.is_ok()) ok.push_back(&c);
@@ -81,7 +85,7 @@ std::vector<PlanToMeasure> plans_to_measure(const std::vector<prefill::PlanCandi
   std::vector<PlanToMeasure> plans;
   for (const prefill::PlanCandidate* c : ok) {
     plans.push_back({c->plan, c->predicted_us});
-    if (!w4a4 && plans.size() == 1 && !c->plan.programmatic) {
+    if (!w4a4 && !predecessor_allows_early_launch(after) && plans.size() == 1 && !c->plan.programmatic) {
       PlanToMeasure flipped = plans.front();
       flipped.plan.programmatic = true;
       plans.push_back(flipped);
@@ -153,7 +157,8 @@ void write_families(std::ostream& out, const tune::FamilyTiming& t, bool w4a4, c
 void write_entry(std::ostream& out, const GemmCase& shape, const tune::Entry& e) {
   out << "\n"
       << (shape.shape_name.empty() ? "" : shape.shape_name + " ") << shape.problem.label() << " ("
-      << e.problem.backend << "): " << e.measured.size() << " plans verified, then graph-timed with cold weights\n";
+      << e.problem.backend << "): " << e.measured.size() << " plans verified, then graph-timed with cold weights"
+      << (e.timed_after == "itself" ? std::string(" back to back") : ", each after " + e.timed_after) << "\n";
   out << "  " << std::left << std::setw(10) << "graph_us" << std::setw(10) << "event_us" << std::setw(14)
       << "predicted_us" << "plan\n";
   const std::optional<std::size_t> best = e.best(), policy = e.policy();
@@ -201,8 +206,11 @@ void run_tune(const TuneArgs& a, CLI::App& cmd) {
   options.seed = a.seed;
   options.time_device_read = {};  // the read floor is not what ranks plans
   options.ceilings.reset();
+  std::vector<std::string> notes;
+  apply_after_option(a.after, options, notes);
 
   std::cout << "device: " << device.name << " (" << device.sm_count << " SMs); cache: " << path << "\n";
+  for (const std::string& note : notes) std::cout << note << "\n";
   bool broken = false;
   int written = 0;
   for (const bool w4a4 : formats) {
@@ -222,7 +230,7 @@ void run_tune(const TuneArgs& a, CLI::App& cmd) {
       const prefill::Plan policy =
           prefill::policy_plan(candidates, w4a4, p.k, device.smem_per_block_optin - prefill::kKernelStaticSmemBytes, device)
               .plan;
-      const std::vector<PlanToMeasure> chosen = plans_to_measure(candidates, policy, a.plans, w4a4);
+      const std::vector<PlanToMeasure> chosen = plans_to_measure(candidates, policy, a.plans, w4a4, options.predecessor);
       std::vector<std::unique_ptr<GemmBackend>> owned;
       std::vector<GemmBackend*> backends;
       for (const PlanToMeasure& c : chosen) {
@@ -237,6 +245,7 @@ void run_tune(const TuneArgs& a, CLI::App& cmd) {
       e.policy_config = policy.config.name();
       e.policy_split_k = policy.split_k;
       e.policy_workspace_reduction = policy.workspace_reduction();
+      e.timed_after = std::string(to_string(options.predecessor));
       for (std::size_t i = 0; i < chosen.size() && i < rows.size(); ++i) {
         e.measured.push_back(measured_plan(chosen[i], rows[i]));
         broken = broken || rows[i].status == RowStatus::incorrect;
@@ -276,6 +285,7 @@ void add_tune_command(CLI::App& app) {
   cmd->add_option("--cache", args->cache,
                   "the tune cache to add to (default: $FP4GAP_TUNE_CACHE, else fp4gap-tune.json)");
   cmd->add_option("--seed", args->seed, "input seed");
+  add_after_option(*cmd, args->after);
   cmd->callback([args, cmd] { run_tune(*args, *cmd); });
 }
 

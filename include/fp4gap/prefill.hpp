@@ -251,8 +251,9 @@ Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, const DeviceCon
 // start once this one's main loops are done. Measured on the H200 (PERF-LOG run 16): 1.2-1.9 us
 // faster per launch for the tiles of up to 64 activation rows at M <= 64, 3-9% for m128 at
 // M = 128; mixed for the m256 tiles (up to 4 us slower at M <= 64, split 4) and not measured at
-// large M, so those launch plainly. m144 (m128 with 16 rows more) launches as m128 does, not
-// measured the other way.
+// large M, so those launch plainly (PERF-LOG run 142, an H100: programmatically they were 1-5%
+// faster back to back but 0.3-2.4% slower behind a norm at M = 384-1024). m144 and m80 (m128 and
+// m64 with 16 rows more) launch as m128 and m64 do, not measured the other way.
 constexpr bool launches_programmatically(const TileConfig& config) { return config.block_m <= 144; }
 
 // ", launched programmatically" or ", launched plainly" where `plan` launches otherwise than

@@ -498,9 +498,9 @@ namespace {
 // of data in the last row of tiles differ), and the policy's pick at `m` is one of them, so the
 // measured order between the pick and the fastest holds here.
 bool times_the_same_launches(const tune::Entry& entry, std::int64_t m, const Plan& policy) {
+  const std::vector<TileConfig>& configs = tile_configs();
   bool has_policy = false;
   for (const tune::MeasuredPlan& measured : entry.measured) {
-    const auto& configs = tile_configs();
     const auto config = std::find_if(configs.begin(), configs.end(),
                                      [&](const TileConfig& c) { return c.name() == measured.config; });
     if (config == configs.end()) return false;

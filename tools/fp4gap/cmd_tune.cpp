@@ -83,13 +83,11 @@ std::vector<PlanToMeasure> plans_to_measure(const std::vector<prefill::PlanCandi
   });
   if (static_cast<int>(ok.size()) > count) ok.resize(static_cast<std::size_t>(count));
   std::vector<PlanToMeasure> plans;
-  for (const prefill::PlanCandidate* c : ok) {
-    plans.push_back({c->plan, c->predicted_us});
-    if (!w4a4 && !predecessor_allows_early_launch(after) && plans.size() == 1 && !c->plan.programmatic) {
-      PlanToMeasure flipped = plans.front();
-      flipped.plan.programmatic = true;
-      plans.push_back(flipped);
-    }
+  for (const prefill::PlanCandidate* c : ok) plans.push_back({c->plan, c->predicted_us});
+  if (!w4a4 && !predecessor_allows_early_launch(after) && !plans.empty() && !plans.front().plan.programmatic) {
+    PlanToMeasure flipped = plans.front();
+    flipped.plan.programmatic = true;
+    plans.insert(plans.begin() + 1, flipped);
   }
   return plans;
 }

@@ -84,6 +84,9 @@ const std::vector<TileConfig>& tile_configs() {
       // timed the glm5 points it takes 3-17% faster than main's picks (M = 72: W13 16.6 -> 14.4 us;
       // M = 150: W2 15.6 -> 13.0). (m128 G3 + 32 rows spilled with two wgmma groups in flight.)
       {80, 12, false, 4},  // 179,392 B
+      // EXPERIMENT (run 146): m64 G4 with 32 rows more, for M = 81-96 (one row of tiles where m64
+      // needs two and m128 carries 32-47 idle rows).
+      {96, 12, false, 4},  // 203,968 B
   };
   return configs;
 }
@@ -294,6 +297,9 @@ constexpr TileCost kTileCosts[] = {
     // (its partial tiles are 80/64 as large): with 2.90 the policy ran seed M = 72 at split 8
     // through the workspace, 8.7% slower than split 6 in a cluster.
     {80, false, 4, 4.30, 2.10, 0.260, 0.0, 3.50, kTmaBandSaving},
+    // EXPERIMENT (run 146), set before any run: the K block between m80's (0.26 us, run 139 within
+    // 3-7%) and m128 G3's (0.371) in proportion to the rows. No workspace split (block_m > 80).
+    {96, false, 4, 4.30, 2.10, 0.300, 0.0, 0.0, kTmaBandSaving},
 };
 
 const TileCost& tile_cost(const TileConfig& config) {

@@ -922,6 +922,7 @@ KernelFn kernel_for(const TileConfig& c, bool dequant_act = false) {
   if (is(128, 9, false, 3)) return prefill_gemm_kernel<128, 9, false, 3>;
   if (is(144, 9, false, 3)) return prefill_gemm_kernel<144, 9, false, 3>;
   if (is(80, 12, false, 4)) return prefill_gemm_kernel<80, 12, false, 4>;
+  if (is(96, 12, false, 4)) return prefill_gemm_kernel<96, 12, false, 4>;
   if (is(32, 12, false, 4)) return prefill_gemm_kernel<32, 12, false, 4>;
   if (is(16, 12, false, 4)) return prefill_gemm_kernel<16, 12, false, 4>;
   if (is(64, 12, false, 4)) return prefill_gemm_kernel<64, 12, false, 4>;

@@ -87,6 +87,9 @@ const std::vector<TileConfig>& tile_configs() {
       // EXPERIMENT (run 146): m64 G4 with 32 rows more, for M = 81-96 (one row of tiles where m64
       // needs two and m128 carries 32-47 idle rows).
       {96, 12, false, 4},  // 203,968 B
+      // EXPERIMENT (run 145): m192 with 16 rows more, for M just past a multiple of 192 (m192 + 16 rows): M = 400
+      // is 2 x 208 rows where m192 needs a third row of tiles and m256 leaves SMs idle.
+      {208, 6},  // 188,512 B
   };
   return configs;
 }
@@ -300,6 +303,9 @@ constexpr TileCost kTileCosts[] = {
     // EXPERIMENT (run 146), set before any run: the K block between m80's (0.26 us, run 139 within
     // 3-7%) and m128 G3's (0.371) in proportion to the rows. No workspace split (block_m > 80).
     {96, false, 4, 4.30, 2.10, 0.300, 0.0, 0.0, kTmaBandSaving},
+    // EXPERIMENT (run 145), set from m192's before any run: K block x 208 / 192 (m192 runs at ~84%
+    // of the tensor rate, so its block is mostly tensor work, which grows with the rows).
+    {208, false, 1, 3.81, 2.52, 0.582, 0.0, 0.0, kTmaBandSaving},
 };
 
 const TileCost& tile_cost(const TileConfig& config) {

@@ -20,7 +20,7 @@ using test::h200_context;
 
 TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
   const std::vector<TileConfig>& configs = tile_configs();
-  ASSERT_EQ(configs.size(), 13u);
+  ASSERT_EQ(configs.size(), 14u);
   EXPECT_EQ(configs[0].name(), "sm90a bf16 x nvfp4 m256n128k64 6 stages");
   EXPECT_EQ(configs[1].name(), "sm90a bf16 x nvfp4 m128n128k64 9 stages");
   EXPECT_EQ(configs[2].name(), "sm90a bf16 x nvfp4 m64n128k64 12 stages");
@@ -36,6 +36,8 @@ TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
   EXPECT_EQ(configs[11].smem_bytes(), 12 * (80 * 128 + 4608) + 192 + 1024);
   EXPECT_EQ(configs[12].name(), "sm90a bf16 x nvfp4 m96n128k64 12 stages, 4 K blocks per copy");
   EXPECT_EQ(configs[12].smem_bytes(), 12 * (96 * 128 + 4608) + 192 + 1024);
+  EXPECT_EQ(configs[13].name(), "sm90a bf16 x nvfp4 m208n128k64 6 stages");
+  EXPECT_EQ(configs[13].smem_bytes(), 6 * (208 * 128 + 4608) + 96 + 1024);
   // Two consumer warpgroups and one producer warpgroup.
   for (const TileConfig& c : configs) EXPECT_EQ(c.threads(), 384) << c.name();
   EXPECT_EQ(configs[7].smem_bytes(), 12 * (32 * 128 + 4608) + 192 + 1024);
@@ -314,7 +316,7 @@ TEST(PrefillPlan, LaunchFillCountsTheCtasItLaunches) {
 }
 
 TEST(PrefillPolicy, APersistentConfigIsNotOfferedForOneWave) {
-  // N = 6144, K = 2048, M = 384: 96 m192 or m256 tiles on 132 CTAs. A persistent CTA would run one
+  // N = 6144, K = 2048, M = 384: 96 m192, m208 or m256 tiles on 132 CTAs. A persistent CTA would run one
   // tile, which the non-persistent kernel of the same tile runs faster (PERF-LOG runs 45, 48).
   int persistent = 0, plain = 0;
   for (const PlanCandidate& c : plan_candidates(384, 6144, 2048, h200_context())) {
@@ -328,7 +330,7 @@ TEST(PrefillPolicy, APersistentConfigIsNotOfferedForOneWave) {
     }
   }
   EXPECT_EQ(persistent, 2);
-  EXPECT_EQ(plain, 2);
+  EXPECT_EQ(plain, 3);
   // Two waves of tiles: offered again.
   const Plan p = choose_plan(4096, 6144, 2048, h200_context());
   bool offered = false;
@@ -565,11 +567,11 @@ TEST(PrefillPolicy, CandidatesCoverEveryPlanAndSayWhyOthersCannotRun) {
   const std::vector<PlanCandidate> c = plan_candidates(512, 2048, 6144, small, no_threes);
   // In tile_configs() order: m256, m128, m64, the persistent m256, the two m192 configs and m128
   // with copy groups unfit, then m32 and m16 x split 1, and splits 2..8 each with a cluster and
-  // then a workspace reduction, then m64 with copy groups, m144, m80 and m96 unfit.
+  // then a workspace reduction, then m64 with copy groups, m144, m80, m96 and m208 unfit.
   constexpr std::size_t kPerConfig = 1 + 2 * (kMaxSplitK - 1);
   constexpr std::size_t kUnfit[] = {0, 1, 2, 3, 4, 5, 6, 7 + 2 * kPerConfig, 8 + 2 * kPerConfig, 9 + 2 * kPerConfig,
-                                    10 + 2 * kPerConfig};
-  ASSERT_EQ(c.size(), 11u + 2 * kPerConfig);
+                                    10 + 2 * kPerConfig, 11 + 2 * kPerConfig};
+  ASSERT_EQ(c.size(), 12u + 2 * kPerConfig);
   for (const std::size_t i : kUnfit) {
     EXPECT_EQ(c[i].status.code, StatusCode::not_supported) << c[i].config.name();
     EXPECT_NE(c[i].status.reason.find(std::to_string(c[i].config.smem_bytes())), std::string::npos) << c[i].status.reason;

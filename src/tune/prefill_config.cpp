@@ -84,6 +84,14 @@ const std::vector<TileConfig>& tile_configs() {
       // timed the glm5 points it takes 3-17% faster than main's picks (M = 72: W13 16.6 -> 14.4 us;
       // M = 150: W2 15.6 -> 13.0). (m128 G3 + 32 rows spilled with two wgmma groups in flight.)
       {80, 12, false, 4},  // 179,392 B
+      // m64 G4 with 32 rows more, for M = 81-96 (one row of tiles where m64 needs two and m128
+      // carries 32-47 idle rows): runs 145-146 (an H100) timed the glm5 points it takes 5-12% faster
+      // than main's picks (M = 96: W13 16.6 -> 15.8 us, seed 12.8 -> 11.7; seed M = 360 22.9 -> 20.8).
+      {96, 12, false, 4},  // 203,968 B
+      // m192 with 16 rows more, for M just past a multiple of 192: M = 400 is 2 x 208 rows where
+      // m192 needs a third row of tiles and m256 leaves SMs idle. Runs 145-146: 1-7% faster where the
+      // policy takes it (W2 M = 400: 24.0 -> 22.4 us; W13 M = 800: 64.1 -> 61.1).
+      {208, 6},  // 188,512 B
   };
   return configs;
 }
@@ -294,6 +302,19 @@ constexpr TileCost kTileCosts[] = {
     // (its partial tiles are 80/64 as large): with 2.90 the policy ran seed M = 72 at split 8
     // through the workspace, 8.7% slower than split 6 in a cluster.
     {80, false, 4, 4.30, 2.10, 0.260, 0.0, 3.50, kTmaBandSaving},
+    // Set before any run: the K block between m80's (0.26 us, run 139 within 3-7%) and m128 G3's
+    // (0.371) in proportion to the rows; runs 145-146 (tune) measured its picks 1-6% above it. No
+    // workspace split (block_m > 80).
+    {96, false, 4, 4.30, 2.10, 0.300, 0.0, 0.0, kTmaBandSaving},
+    // m192's entry with the K block x 208 / 192 (m192's block is mostly tensor work, which grows
+    // with the rows): runs 145-146 (tune) measured the unsplit plans 0-2% above it. Its split bands
+    // (104 rows at split 2) are not whole 16-row warp slices, so they do not leave through TMA
+    // (Plan::cluster_band_rows) and its cluster reduction costs 4.90 us, not m192's 2.52: the median
+    // over its four split plans timed in runs 145-146 (4.05-5.34). With m192's 2.52 the policy ran seed
+    // M = 200 at split 6, 11% slower than the m64 G4 plan it displaced. Even so it runs seed M = 800
+    // at split 2, which runs 145-146 timed 3% slower than m128 G3 unsplit (the H100 runs m128 G3 5-9%
+    // faster than its H200-fitted entry).
+    {208, false, 1, 3.81, 4.90, 0.582, 0.0, 0.0, kTmaBandSaving},
 };
 
 const TileCost& tile_cost(const TileConfig& config) {

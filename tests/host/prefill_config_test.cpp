@@ -20,7 +20,7 @@ using test::h200_context;
 
 TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
   const std::vector<TileConfig>& configs = tile_configs();
-  ASSERT_EQ(configs.size(), 12u);
+  ASSERT_EQ(configs.size(), 14u);
   EXPECT_EQ(configs[0].name(), "sm90a bf16 x nvfp4 m256n128k64 6 stages");
   EXPECT_EQ(configs[1].name(), "sm90a bf16 x nvfp4 m128n128k64 9 stages");
   EXPECT_EQ(configs[2].name(), "sm90a bf16 x nvfp4 m64n128k64 12 stages");
@@ -34,6 +34,10 @@ TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
   EXPECT_EQ(configs[10].name(), "sm90a bf16 x nvfp4 m144n128k64 9 stages, 3 K blocks per copy");
   EXPECT_EQ(configs[11].name(), "sm90a bf16 x nvfp4 m80n128k64 12 stages, 4 K blocks per copy");
   EXPECT_EQ(configs[11].smem_bytes(), 12 * (80 * 128 + 4608) + 192 + 1024);
+  EXPECT_EQ(configs[12].name(), "sm90a bf16 x nvfp4 m96n128k64 12 stages, 4 K blocks per copy");
+  EXPECT_EQ(configs[12].smem_bytes(), 12 * (96 * 128 + 4608) + 192 + 1024);
+  EXPECT_EQ(configs[13].name(), "sm90a bf16 x nvfp4 m208n128k64 6 stages");
+  EXPECT_EQ(configs[13].smem_bytes(), 6 * (208 * 128 + 4608) + 96 + 1024);
   // Two consumer warpgroups and one producer warpgroup.
   for (const TileConfig& c : configs) EXPECT_EQ(c.threads(), 384) << c.name();
   EXPECT_EQ(configs[7].smem_bytes(), 12 * (32 * 128 + 4608) + 192 + 1024);
@@ -216,7 +220,7 @@ TEST(PrefillConfig, ClusterBandRowsAreEvenQuadBands) {
   for (const Case c : {Case{128, 2, 64}, Case{128, 3, 0}, Case{128, 4, 32}, Case{128, 8, 16}, Case{64, 2, 32},
                        Case{64, 4, 16}, Case{64, 8, 0}, Case{32, 2, 16}, Case{32, 4, 0}, Case{16, 2, 0},
                        Case{192, 2, 96}, Case{192, 3, 64}, Case{192, 6, 32}, Case{192, 8, 0}, Case{256, 2, 128},
-                       Case{256, 8, 32}}) {
+                       Case{256, 8, 32}, Case{208, 2, 0}, Case{208, 4, 0}}) {
     const TileConfig config{c.block_m, c.block_m >= 192 ? 6 : 12};
     EXPECT_EQ(make_plan(512, 2048, 6144, config, c.split).cluster_band_rows(), c.rows)
         << "block_m " << c.block_m << ", split " << c.split;
@@ -312,7 +316,7 @@ TEST(PrefillPlan, LaunchFillCountsTheCtasItLaunches) {
 }
 
 TEST(PrefillPolicy, APersistentConfigIsNotOfferedForOneWave) {
-  // N = 6144, K = 2048, M = 384: 96 m192 or m256 tiles on 132 CTAs. A persistent CTA would run one
+  // N = 6144, K = 2048, M = 384: 96 m192, m208 or m256 tiles on 132 CTAs. A persistent CTA would run one
   // tile, which the non-persistent kernel of the same tile runs faster (PERF-LOG runs 45, 48).
   int persistent = 0, plain = 0;
   for (const PlanCandidate& c : plan_candidates(384, 6144, 2048, h200_context())) {
@@ -326,7 +330,7 @@ TEST(PrefillPolicy, APersistentConfigIsNotOfferedForOneWave) {
     }
   }
   EXPECT_EQ(persistent, 2);
-  EXPECT_EQ(plain, 2);
+  EXPECT_EQ(plain, 3);
   // Two waves of tiles: offered again.
   const Plan p = choose_plan(4096, 6144, 2048, h200_context());
   bool offered = false;
@@ -435,10 +439,11 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
                        Case{48, 4096, 6144, 64, 4, false, SplitReduction::workspace, 4},
                        Case{64, 2048, 6144, 64, 6, false},               // 9.90 (m64 G4: 10.11)
                        Case{64, 6144, 2048, 64, 2, false},               // 9.14 (9.17)
-                       // Run 119 (H200): 16.61 (m128 G3 split 3: 17.54); runs 53-54, before the band's
-                       // TMA store: m128 G3 split 3 17.60 against 17.77
-                       Case{96, 4096, 6144, 64, 2, false, kCluster, 4},
-                       Case{96, 6144, 2048, 128, 2, false},              // 11.97 (m64 G4 split 1: 12.49)
+                       // M = 96: runs 145-146's `fp4gap tune` (an H100), m96 G4 (the runner-up in brackets);
+                       // before it, run 119 (H200) ran m64 G4 split 2 at 16.61 and m128 split 2 at 11.97
+                       Case{96, 4096, 6144, 96, 3, false, kCluster, 4},  // 15.77 (m64 G4 split 2: 16.58)
+                       Case{96, 6144, 2048, 96, 2, false, kCluster, 4},  // 10.87 (m64 G4: 11.18)
+                       Case{96, 2048, 6144, 96, 6, false, kCluster, 4},  // 11.64 (m128 split 6: 12.73)
                        Case{128, 6144, 2048, 128, 2, false},             // 11.91 (12.18)
                        // Just past a multiple of 128 rows: run 138's `fp4gap tune` (an H100), m144 G3
                        // against the runner-up in brackets; the m128 G3 row of tiles that M = 520
@@ -450,6 +455,10 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
                        Case{520, 2048, 6144, 144, 2, false, kCluster, 3},   // 25.93 (m192 split 2: 30.47)
                        Case{264, 2048, 6144, 144, 3, false, kCluster, 3},   // 18.92 (m128 G3 split 2: 22.07)
                        Case{520, 6144, 2048, 128, 1, false, kCluster, 3},   // 29.30 (m144: 31.60)
+                       // Just past a multiple of 192: runs 145-146's `fp4gap tune` (an H100), m208
+                       Case{400, 4096, 6144, 208, 2, false},  // 36.61 (m128 G3: 36.94)
+                       Case{800, 4096, 6144, 208, 1, false},  // 60.95 (m256: 62.90)
+                       Case{400, 6144, 2048, 208, 1, false},  // 22.43 (m256: 23.93)
                        // Just past a multiple of 64: run 139's `fp4gap tune` (an H100), m80 G4 (the
                        // runner-up in brackets); seed M = 72 is the point that set m80's workspace term
                        Case{72, 4096, 6144, 80, 4, false, SplitReduction::workspace, 4},  // 14.42 (split 3: 15.37)
@@ -562,10 +571,11 @@ TEST(PrefillPolicy, CandidatesCoverEveryPlanAndSayWhyOthersCannotRun) {
   const std::vector<PlanCandidate> c = plan_candidates(512, 2048, 6144, small, no_threes);
   // In tile_configs() order: m256, m128, m64, the persistent m256, the two m192 configs and m128
   // with copy groups unfit, then m32 and m16 x split 1, and splits 2..8 each with a cluster and
-  // then a workspace reduction, then m64 with copy groups, m144 and m80 unfit.
+  // then a workspace reduction, then m64 with copy groups, m144, m80, m96 and m208 unfit.
   constexpr std::size_t kPerConfig = 1 + 2 * (kMaxSplitK - 1);
-  constexpr std::size_t kUnfit[] = {0, 1, 2, 3, 4, 5, 6, 7 + 2 * kPerConfig, 8 + 2 * kPerConfig, 9 + 2 * kPerConfig};
-  ASSERT_EQ(c.size(), 10u + 2 * kPerConfig);
+  constexpr std::size_t kUnfit[] = {0, 1, 2, 3, 4, 5, 6, 7 + 2 * kPerConfig, 8 + 2 * kPerConfig, 9 + 2 * kPerConfig,
+                                    10 + 2 * kPerConfig, 11 + 2 * kPerConfig};
+  ASSERT_EQ(c.size(), 12u + 2 * kPerConfig);
   for (const std::size_t i : kUnfit) {
     EXPECT_EQ(c[i].status.code, StatusCode::not_supported) << c[i].config.name();
     EXPECT_NE(c[i].status.reason.find(std::to_string(c[i].config.smem_bytes())), std::string::npos) << c[i].status.reason;

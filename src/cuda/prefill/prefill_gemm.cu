@@ -109,6 +109,12 @@ struct Wgmma<192> {
   }
 };
 template <>
+struct Wgmma<208> {
+  static __device__ __forceinline__ void mma(float (&d)[104], const std::uint32_t (&a)[4], std::uint64_t desc) {
+    wgmma_split<192, 16>(d, a, desc);
+  }
+};
+template <>
 struct Wgmma<256> {
   static __device__ __forceinline__ void mma(float (&d)[128], const std::uint32_t (&a)[4], std::uint64_t desc) {
     ptx::wgmma_m64n256k16_rs(d, a, desc);
@@ -922,6 +928,8 @@ KernelFn kernel_for(const TileConfig& c, bool dequant_act = false) {
   if (is(128, 9, false, 3)) return prefill_gemm_kernel<128, 9, false, 3>;
   if (is(144, 9, false, 3)) return prefill_gemm_kernel<144, 9, false, 3>;
   if (is(80, 12, false, 4)) return prefill_gemm_kernel<80, 12, false, 4>;
+  if (is(96, 12, false, 4)) return prefill_gemm_kernel<96, 12, false, 4>;
+  if (is(208, 6, false, 1)) return prefill_gemm_kernel<208, 6, false, 1>;
   if (is(32, 12, false, 4)) return prefill_gemm_kernel<32, 12, false, 4>;
   if (is(16, 12, false, 4)) return prefill_gemm_kernel<16, 12, false, 4>;
   if (is(64, 12, false, 4)) return prefill_gemm_kernel<64, 12, false, 4>;

@@ -92,6 +92,10 @@ const std::vector<TileConfig>& tile_configs() {
       // m192 needs a third row of tiles and m256 leaves SMs idle. Runs 145-146: 1-7% faster where the
       // policy takes it (W2 M = 400: 24.0 -> 22.4 us; W13 M = 800: 64.1 -> 61.1).
       {208, 6},  // 188,512 B
+      // EXPERIMENT (run 148): m192 with 32 rows fewer and a stage more (one wgmma group in flight,
+      // as m192), for M = 289-320, 577-640 and 1153-1280: 2, 4 or 8 rows of 160 where m144 needs
+      // another row and m192 / m256 leave SMs idle.
+      {160, 7},  // 176,752 B
   };
   return configs;
 }
@@ -315,6 +319,9 @@ constexpr TileCost kTileCosts[] = {
     // at split 2, which runs 145-146 timed 3% slower than m128 G3 unsplit (the H100 runs m128 G3 5-9%
     // faster than its H200-fitted entry).
     {208, false, 1, 3.81, 4.90, 0.582, 0.0, 0.0, kTmaBandSaving},
+    // EXPERIMENT (run 148), set before any run: m192's entry with the K block x 160 / 192 rounded
+    // up (m128 G3 to m208 run at 2.74-2.90 ns per row and K block).
+    {160, false, 1, 3.81, 2.52, 0.455, 0.0, 0.0, kTmaBandSaving},
 };
 
 const TileCost& tile_cost(const TileConfig& config) {

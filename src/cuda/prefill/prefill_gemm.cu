@@ -103,6 +103,12 @@ struct Wgmma<144> {
   }
 };
 template <>
+struct Wgmma<160> {
+  static __device__ __forceinline__ void mma(float (&d)[80], const std::uint32_t (&a)[4], std::uint64_t desc) {
+    wgmma_split<128, 32>(d, a, desc);
+  }
+};
+template <>
 struct Wgmma<192> {
   static __device__ __forceinline__ void mma(float (&d)[96], const std::uint32_t (&a)[4], std::uint64_t desc) {
     wgmma_split<128, 64>(d, a, desc);
@@ -930,6 +936,7 @@ KernelFn kernel_for(const TileConfig& c, bool dequant_act = false) {
   if (is(80, 12, false, 4)) return prefill_gemm_kernel<80, 12, false, 4>;
   if (is(96, 12, false, 4)) return prefill_gemm_kernel<96, 12, false, 4>;
   if (is(208, 6, false, 1)) return prefill_gemm_kernel<208, 6, false, 1>;
+  if (is(160, 7, false, 1)) return prefill_gemm_kernel<160, 7, false, 1>;
   if (is(32, 12, false, 4)) return prefill_gemm_kernel<32, 12, false, 4>;
   if (is(16, 12, false, 4)) return prefill_gemm_kernel<16, 12, false, 4>;
   if (is(64, 12, false, 4)) return prefill_gemm_kernel<64, 12, false, 4>;

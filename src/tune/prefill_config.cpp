@@ -92,9 +92,10 @@ const std::vector<TileConfig>& tile_configs() {
       // m192 needs a third row of tiles and m256 leaves SMs idle. Runs 145-146: 1-7% faster where the
       // policy takes it (W2 M = 400: 24.0 -> 22.4 us; W13 M = 800: 64.1 -> 61.1).
       {208, 6},  // 188,512 B
-      // EXPERIMENT (run 148): m192 with 32 rows fewer and a stage more (one wgmma group in flight,
-      // as m192), for M = 289-320, 577-640 and 1153-1280: 2, 4 or 8 rows of 160 where m144 needs
-      // another row and m192 / m256 leave SMs idle.
+      // m192 with 32 rows fewer and a stage more (one wgmma group in flight, as m192), for M =
+      // 289-320, 577-640 and 1153-1280: 2, 4 or 8 rows of 160 where m144 needs another row and
+      // m192 / m256 leave SMs idle. Run 148 (an H100): 1.5-9.7% faster at the 13 glm5 points the
+      // policy takes it (W13 M = 640: 51.6 -> 49.5 us; M = 1280: 108.3 -> 97.8).
       {160, 7},  // 176,752 B
   };
   return configs;
@@ -319,9 +320,13 @@ constexpr TileCost kTileCosts[] = {
     // at split 2, which runs 145-146 timed 3% slower than m128 G3 unsplit (the H100 runs m128 G3 5-9%
     // faster than its H200-fitted entry).
     {208, false, 1, 3.81, 4.90, 0.582, 0.0, 0.0, kTmaBandSaving},
-    // EXPERIMENT (run 148), set before any run: m192's entry with the K block x 160 / 192 rounded
-    // up (m128 G3 to m208 run at 2.74-2.90 ns per row and K block).
-    {160, false, 1, 3.81, 2.52, 0.455, 0.0, 0.0, kTmaBandSaving},
+    // Set from m192's with the K block x 160 / 192 (0.448), then refit on run 148's tune: the K
+    // block the median over its five unsplit plans timed (0.448-0.476), the cluster reduction the
+    // median over its four split-2 plans (3.09-4.16, each charged m192's TMA band saving of 0.96
+    // us). With the first guess (0.455, 2.52) the policy ran seed M = 152-160 at m160, 7.7%
+    // slower than the m80 plan it displaced; after the refit it leaves W2 M = 769-800 to the
+    // persistent m256 (by 0.1 us predicted), which run 148 timed 4.9% slower than m160.
+    {160, false, 1, 3.81, 3.68, 0.470, 0.0, 0.0, kTmaBandSaving},
 };
 
 const TileCost& tile_cost(const TileConfig& config) {

@@ -466,11 +466,14 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
                        Case{72, 4096, 6144, 80, 4, false, SplitReduction::workspace, 4},  // 14.42 (split 3: 15.37)
                        Case{72, 6144, 2048, 80, 2, false, kCluster, 4},   // 10.64 (workspace: 11.51)
                        Case{72, 2048, 6144, 80, 6, false, kCluster, 4},   // 11.09 (split 5: 11.63; workspace split 8: 12.05)
-                       // EXPERIMENT (run 148): the model moves W13 and W2 M = 300 to m160 unmeasured; run
-                       // 139 had W13 m80 30.12 (m192 split 2: 30.99), W2 m192 19.67 (m64 G4: 22.10)
-                       Case{300, 4096, 6144, 160, 2, false},
+                       Case{300, 4096, 6144, 160, 2, false},              // run 148: 29.31 (m80: 30.32)
                        Case{300, 2048, 6144, 80, 2, false, kCluster, 4},  // 19.64 (workspace: 20.43)
-                       Case{300, 6144, 2048, 160, 1, false},
+                       Case{300, 6144, 2048, 160, 1, false},              // run 148: 19.04 (m192: 19.52)
+                       // Run 148's `fp4gap tune` (an H100), m160 (the runner-up in brackets)
+                       Case{600, 4096, 6144, 160, 1, false},    // 49.13 (m192: 50.73)
+                       Case{1200, 4096, 6144, 160, 1, false},   // 97.37 (m256 persistent: 108.12)
+                       Case{600, 2048, 6144, 160, 2, false},    // 29.57 (m80: 30.39)
+                       Case{1200, 2048, 6144, 160, 1, false},   // 49.23 (m192: 49.91)
                        // M = 16, 32: run 52, the one-k-group tiles with 4 K blocks per copy (the
                        // two-k-group tiles' best in the same sweep in brackets).
                        Case{32, 4096, 6144, 32, 4, false, SplitReduction::workspace, 4},  // 11.51 (12.92)

@@ -13,6 +13,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fp4gap/backend.hpp"
@@ -57,7 +58,7 @@ inline constexpr int kKernelStaticSmemBytes = 128;
 // One compiled kernel instantiation. The list is closed (prefill_tile_configs()): each entry is a
 // template instantiation in src/cuda/prefill/prefill_gemm.cu.
 struct TileConfig {
-  int block_m = 256;  // activation rows per CTA (the wgmma N): 16, 32, 64, 128, 144, 192 or 256
+  int block_m = 256;  // activation rows per CTA (the wgmma N): 16 to 256, a multiple of 16
   int stages = 6;     // shared-memory pipeline depth
   // One CTA per SM loops over output tiles (unsplit only): its producer fills the ring with the
   // next tile's stages while the consumers run the epilogue of the current one, which stages the
@@ -252,8 +253,8 @@ Plan choose_plan(std::int64_t m, std::int64_t n, std::int64_t k, const DeviceCon
 // faster per launch for the tiles of up to 64 activation rows at M <= 64, 3-9% for m128 at
 // M = 128; mixed for the m256 tiles (up to 4 us slower at M <= 64, split 4) and not measured at
 // large M, so those launch plainly (PERF-LOG run 142, an H100: programmatically they were 1-5%
-// faster back to back but 0.3-2.4% slower behind a norm at M = 384-1024). m144 and m80 (m128 and
-// m64 with 16 rows more) launch as m128 and m64 do, not measured the other way.
+// faster back to back but 0.3-2.4% slower behind a norm at M = 384-1024). m80, m96 and m144 (m64
+// and m128 with rows more) launch as m64 and m128 do, not measured the other way.
 constexpr bool launches_programmatically(const TileConfig& config) { return config.block_m <= 144; }
 
 // ", launched programmatically" or ", launched plainly" where `plan` launches otherwise than
@@ -262,6 +263,8 @@ constexpr bool launches_programmatically(const TileConfig& config) { return conf
 // programmatically at the median, but some 1-8 us slower, which no rule by waves separated); empty
 // otherwise.
 std::string launch_override(const Plan& plan);
+// The words launch_override uses for either launch.
+std::string_view launch_label(bool programmatic);
 
 // Dynamic shared memory of a launch of `plan` that dequantizes NVFP4 activations in the kernel:
 // the CTA's activation tiles of all of its K blocks stay resident where the ring's activation

@@ -215,7 +215,11 @@ Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, const TileConfig&
 
 std::string launch_override(const Plan& plan) {
   if (plan.programmatic == launches_programmatically(plan.config)) return {};
-  return plan.programmatic ? ", launched programmatically" : ", launched plainly";
+  return std::string(launch_label(plan.programmatic));
+}
+
+std::string_view launch_label(bool programmatic) {
+  return programmatic ? ", launched programmatically" : ", launched plainly";
 }
 
 namespace {

@@ -165,7 +165,7 @@ void write_entry(std::ostream& out, const GemmCase& shape, const tune::Entry& e)
     out << (best && *best == i ? "* " : "  ") << std::left << std::setw(10) << us(p.graph_us) << std::setw(10)
         << us(p.event_us) << std::setw(14) << format_fixed(p.predicted_us, 2) << p.config << ", split-k " << p.split_k
         << (p.workspace_reduction ? " (partials in global memory)" : "")
-        << (p.programmatic ? (*p.programmatic ? ", launched programmatically" : ", launched plainly") : "")
+        << (p.programmatic ? prefill::launch_label(*p.programmatic) : "")
         << (policy && *policy == i ? "  [policy's pick]" : "") << (p.note.empty() ? "" : "  " + p.note) << "\n";
   }
   if (!best) {

@@ -52,6 +52,8 @@ inline constexpr int kStagedStride = kBlockN + 4;
 // (80 bytes from nvcc 13.0; a device test checks every instantiation against it). A block needs
 // this beside its dynamic request, within the device's per-block opt-in limit.
 inline constexpr int kKernelStaticSmemBytes = 128;
+// The dynamic shared memory a block may request where the device's per-block opt-in limit is `optin`.
+constexpr std::int64_t dynamic_smem_limit(std::int64_t optin) { return optin - kKernelStaticSmemBytes; }
 
 // ---- Tile configurations ----
 

@@ -533,7 +533,7 @@ TEST(PrefillPolicy, PolicyPlanIsWhatEachFormatRunsWithoutATuneCache) {
   ASSERT_NE(spec, nullptr);
   const DeviceContext device = datasheet_device_context(*spec);
   const ConcurrentCtas h200 = datasheet_concurrent_ctas(*spec);
-  const std::int64_t smem = device.smem_per_block_optin - kKernelStaticSmemBytes;
+  const std::int64_t smem = dynamic_smem_limit(device.smem_per_block_optin);
   // W13 at M = 16: a workspace split whose CTAs would dequantize 16 x 24 row-blocks (more than
   // kActivationDequantMaxRowBlocks): W4A4 runs behind the pass, without the workspace split.
   const std::vector<PlanCandidate> w13 = plan_candidates(16, 4096, 6144, device, h200);

@@ -44,9 +44,8 @@ void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& 
                  const prefill::ConcurrentCtas& occupancy, const tune::Cache* cache) {
   const GemmProblem& s = shape.problem;
   std::vector<prefill::PlanCandidate> c = prefill::plan_candidates(s.m, s.n, s.k, device, occupancy);
-  // Copies: the sort below moves the candidates. W4A4's kernel may request the opt-in limit less
-  // its own shared memory (the runner asks the device; kKernelStaticSmemBytes bounds it).
-  const std::int64_t dequant_smem = device.smem_per_block_optin - prefill::kKernelStaticSmemBytes;
+  // Copies: the sort below moves the candidates.
+  const std::int64_t dequant_smem = prefill::dynamic_smem_limit(device.smem_per_block_optin);
   const prefill::Plan chosen = prefill::policy_plan(c, false, s.k, dequant_smem, device).plan;
   const auto [w4a4_chosen, w4a4_in_kernel] = prefill::policy_plan(c, true, s.k, dequant_smem, device);
   const bool w4a4_differs = w4a4_chosen.describe() != chosen.describe();

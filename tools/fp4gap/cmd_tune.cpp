@@ -226,7 +226,7 @@ void run_tune(const TuneArgs& a, CLI::App& cmd) {
           prefill::plan_candidates(p.m, p.n, p.k, device, occupancy);
       // Throws, naming the shared memory needed and available, where no plan can run.
       const prefill::Plan policy =
-          prefill::policy_plan(candidates, w4a4, p.k, device.smem_per_block_optin - prefill::kKernelStaticSmemBytes, device)
+          prefill::policy_plan(candidates, w4a4, p.k, prefill::dynamic_smem_limit(device.smem_per_block_optin), device)
               .plan;
       const std::vector<PlanToMeasure> chosen = plans_to_measure(candidates, policy, a.plans, w4a4, options.predecessor);
       std::vector<std::unique_ptr<GemmBackend>> owned;

@@ -944,8 +944,8 @@ KernelFn kernel_for(const TileConfig& c, bool dequant_act = false) {
 }
 
 // Dynamic shared memory an instantiation that dequantizes activations may request on the current
-// device: its opt-in limit less kKernelStaticSmemBytes, the bound on the kernel's own (what
-// `fp4gap plan` uses too, so both agree). Asked once per device: every launch checks against it.
+// device (dynamic_smem_limit, as `fp4gap plan` and `fp4gap tune` compute it, so all agree). Asked
+// once per device: every launch checks against it.
 std::int64_t dequant_kernel_smem_limit() {
   static std::mutex mutex;
   static std::vector<std::pair<int, std::int64_t>> cache;  // device, bytes
@@ -957,7 +957,7 @@ std::int64_t dequant_kernel_smem_limit() {
   }
   int optin = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  const std::int64_t bytes = static_cast<std::int64_t>(optin) - kKernelStaticSmemBytes;
+  const std::int64_t bytes = dynamic_smem_limit(optin);
   cache.emplace_back(dev, bytes);
   return bytes;
 }

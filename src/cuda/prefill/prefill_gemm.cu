@@ -49,7 +49,8 @@ namespace {
 constexpr int kProducerRegisters = 40;
 constexpr int kConsumerRegisters = 232;  // 2 x 128 x 232 + 128 x 40 <= 65536
 
-template <int BM>
+// wgmma m64nNk16 with the A fragment from registers: one instruction at N = 16, 32, 64, 128, 256,
+template <int N>
 struct Wgmma;
 template <>
 struct Wgmma<16> {
@@ -75,55 +76,25 @@ struct Wgmma<128> {
     ptx::wgmma_m64n128k16_rs(d, a, desc);
   }
 };
-// N = 96 and 192 as two wgmmas on adjacent row ranges of the activation tile, sharing the A
-// fragment: the accumulator registers of m64nN are those of m64n(N1) followed by those of
-// m64n(N - N1) (register i holds column 8 (i / 4) + 2t + i % 2), and rows N1.. of the K-major tile
-// start N1 x 128 bytes further (the descriptor's address field counts 16-byte units).
-template <int N1, int N2>
-__device__ __forceinline__ void wgmma_split(float (&d)[(N1 + N2) / 2], const std::uint32_t (&a)[4], std::uint64_t desc) {
-  Wgmma<N1>::mma(*reinterpret_cast<float(*)[N1 / 2]>(&d[0]), a, desc);
-  Wgmma<N2>::mma(*reinterpret_cast<float(*)[N2 / 2]>(&d[N1 / 2]), a, desc + (N1 * 128 >> 4));
-}
-template <>
-struct Wgmma<96> {
-  static __device__ __forceinline__ void mma(float (&d)[48], const std::uint32_t (&a)[4], std::uint64_t desc) {
-    wgmma_split<64, 32>(d, a, desc);
-  }
-};
-template <>
-struct Wgmma<80> {
-  static __device__ __forceinline__ void mma(float (&d)[40], const std::uint32_t (&a)[4], std::uint64_t desc) {
-    wgmma_split<64, 16>(d, a, desc);
-  }
-};
-template <>
-struct Wgmma<144> {
-  static __device__ __forceinline__ void mma(float (&d)[72], const std::uint32_t (&a)[4], std::uint64_t desc) {
-    wgmma_split<128, 16>(d, a, desc);
-  }
-};
-template <>
-struct Wgmma<160> {
-  static __device__ __forceinline__ void mma(float (&d)[80], const std::uint32_t (&a)[4], std::uint64_t desc) {
-    wgmma_split<128, 32>(d, a, desc);
-  }
-};
-template <>
-struct Wgmma<192> {
-  static __device__ __forceinline__ void mma(float (&d)[96], const std::uint32_t (&a)[4], std::uint64_t desc) {
-    wgmma_split<128, 64>(d, a, desc);
-  }
-};
-template <>
-struct Wgmma<208> {
-  static __device__ __forceinline__ void mma(float (&d)[104], const std::uint32_t (&a)[4], std::uint64_t desc) {
-    wgmma_split<192, 16>(d, a, desc);
-  }
-};
 template <>
 struct Wgmma<256> {
   static __device__ __forceinline__ void mma(float (&d)[128], const std::uint32_t (&a)[4], std::uint64_t desc) {
     ptx::wgmma_m64n256k16_rs(d, a, desc);
+  }
+};
+// and the widths between them (80, 96, 144, 160, 192, 208) as the largest power of two below N, then
+// the rest, on adjacent row ranges of the activation tile sharing the A fragment: the
+// accumulator registers of m64nN are those of m64nN1 followed by those of m64n(N - N1) (register i
+// holds column 8 (i / 4) + 2t + i % 2), and rows N1.. of the K-major tile start N1 x 128 bytes
+// further (the descriptor's address field counts 16-byte units). 208 issues n128, n64, n16.
+template <int N>
+struct Wgmma {
+  static_assert(N % 16 == 0 && N > 16 && N < 256, "wgmma widths are multiples of 16 up to 256");
+  static constexpr int kFirst = N >= 128 ? 128 : N >= 64 ? 64 : 32;
+  static __device__ __forceinline__ void mma(float (&d)[N / 2], const std::uint32_t (&a)[4], std::uint64_t desc) {
+    Wgmma<kFirst>::mma(*reinterpret_cast<float(*)[kFirst / 2]>(&d[0]), a, desc);
+    Wgmma<N - kFirst>::mma(*reinterpret_cast<float(*)[(N - kFirst) / 2]>(&d[kFirst / 2]), a,
+                           desc + (kFirst * 128 >> 4));
   }
 };
 

@@ -914,10 +914,12 @@ KernelFn kernel_for(const TileConfig& c, bool dequant_act = false) {
   throw InvalidArgument("no prefill kernel compiled for " + c.name() + " (see prefill_tile_configs())");
 }
 
+}  // namespace
+
 // Dynamic shared memory an instantiation that dequantizes activations may request on the current
 // device (dynamic_smem_limit, as `fp4gap plan` and `fp4gap tune` compute it, so all agree). Asked
 // once per device: every launch checks against it.
-std::int64_t dequant_kernel_smem_limit() {
+std::int64_t activation_dequant_smem_limit() {
   static std::mutex mutex;
   static std::vector<std::pair<int, std::int64_t>> cache;  // device, bytes
   int dev = 0;
@@ -932,6 +934,8 @@ std::int64_t dequant_kernel_smem_limit() {
   cache.emplace_back(dev, bytes);
   return bytes;
 }
+
+namespace {
 
 // Raises the kernel's dynamic shared-memory limit once per process (not a stream operation, so
 // it must not first happen inside a graph capture: the runners call it when they prepare). The
@@ -950,7 +954,7 @@ void ensure_smem_attribute(const TileConfig& c) {
     if (dequant_act && !c.dequantizes_activations()) continue;
     const KernelFn fn = kernel_for(c, dequant_act);
     if (std::find(done.begin(), done.end(), fn) != done.end()) continue;
-    const std::int64_t bytes = dequant_act ? dequant_kernel_smem_limit() : c.smem_bytes();
+    const std::int64_t bytes = dequant_act ? activation_dequant_smem_limit() : c.smem_bytes();
     cuda::set_shared_memory_attributes(fn, bytes);
     done.push_back(fn);
   }
@@ -1214,7 +1218,7 @@ namespace {
 // What a dequantizing launch of `plan` may request on the current device (0 where no such kernel
 // exists: check_activation_dequant_in_kernel names the tile rule first).
 std::int64_t activation_dequant_limit(const Plan& plan) {
-  return plan.config.dequantizes_activations() ? dequant_kernel_smem_limit() : 0;
+  return plan.config.dequantizes_activations() ? activation_dequant_smem_limit() : 0;
 }
 
 }  // namespace
@@ -1232,8 +1236,6 @@ Status check_activation_dequant_on_device(const Plan& plan, std::int64_t k) {
 bool w4a4_dequantizes_in_kernel(const Plan& plan, std::int64_t k) {
   return w4a4_dequantizes_in_kernel(plan, k, activation_dequant_limit(plan));
 }
-
-std::int64_t activation_dequant_smem_limit() { return dequant_kernel_smem_limit(); }
 
 void launch_gemm(const Plan& plan, const Nvfp4Activations& act, const std::uint8_t* packed, void* out,
                  OutputType out_type, std::int64_t m, std::int64_t n, float alpha, cudaStream_t stream,

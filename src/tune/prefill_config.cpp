@@ -179,8 +179,9 @@ std::int64_t Plan::workspace_bytes() const {
 
 int Plan::cluster_band_rows() const {
   if (split_k == 1 || reduction != SplitReduction::cluster) return 0;
-  const int quads = config.block_m / 8;
-  return quads % split_k == 0 && (quads / split_k) % 2 == 0 ? 8 * (quads / split_k) : 0;
+  if (config.block_m / 16 < split_k) return 0;
+  const ItemRange first = cluster_band_pairs(config.block_m, split_k, 0);
+  return static_cast<int>(16 * (first.end - first.begin));
 }
 
 Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, const TileConfig& config, int split_k,
@@ -257,6 +258,10 @@ struct TileCost {
 // slower than the m128 G3 unsplit plans it displaced, on the H200 (run 119: 38.6 against 37.0 us
 // at W13 M = 512) as on an H100 (run 113). The other narrow tiles keep entries set within runs
 // 53-54's spread.
+// EXPERIMENT (run 150): the bands are now pairs of quads shared unevenly where they do not divide
+// (cluster_band_pairs), so every cluster split whose CTAs each get a pair stores through TMA, and
+// the saving (charged on the largest band) applies to plans fitted with staged bands (m128 G3 at
+// split 3, m144 / m208 at split 2, m80 at split 2 and 4) without a refit.
 constexpr double kTmaBandSaving = 0.77;
 constexpr TileCost kTileCosts[] = {
     {256, false, 1, 2.97, 5.94, 0.638},  // main loop at ~92% of the bf16 tensor rate

@@ -155,10 +155,10 @@ struct Plan {
   // (fp32, tiles x split_k x block_m x kBlockN) followed by one 32-bit counter per tile, which
   // must be zero before the first launch; every launch leaves them zero.
   std::int64_t workspace_bytes() const;
-  // Rows of the band that each CTA of a cluster split adds up and stores (8 rows per accumulator
-  // quad: block_m / 8 quads shared evenly), where every band is an even number of quads, which the
-  // kernel stores through the copy engine two quads per stmatrix; 0 otherwise (not a cluster
-  // split, or uneven bands: stored through the staged fp32 band).
+  // Rows of the largest band that a CTA of a cluster split adds up and stores through the copy
+  // engine (cluster_band_pairs: 16 rows per pair of accumulator quads); 0 where it is not a
+  // cluster split or some CTA would get no pair (then the quads are shared one by one and stored
+  // through the staged fp32 band).
   int cluster_band_rows() const;
   // config name plus split, e.g. "... 6 stages, split-k 4", "..., split-k 8 (partials in global memory)"
   std::string describe() const;
@@ -332,6 +332,19 @@ Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, const TileConfig&
 using KRange = ItemRange;
 FP4GAP_HD constexpr KRange split_k_range(std::int64_t k_blocks, int split_k, int s) {
   return even_part(k_blocks, split_k, s);
+}
+
+// A cluster split's bands for the copy engine: the tile's accumulator quads (8 output rows each)
+// shared out two at a time, as one stmatrix x4 writes them, so every band is whole 16-row slices
+// of the tile; where the block_m / 16 pairs do not divide by split_k the first CTAs take one pair
+// more (m208 at split 2: 112 and 96 rows). Pairs [begin, end) of CTA `rank`.
+FP4GAP_HD constexpr ItemRange cluster_band_pairs(int block_m, int split_k, int rank) {
+  return even_part(block_m / 16, split_k, rank);
+}
+// Rows of the tensor map's box that stores those bands: the band where all are alike, else one
+// 16-row slice per store.
+FP4GAP_HD constexpr int cluster_band_box_rows(int block_m, int split_k) {
+  return (block_m / 16) % split_k == 0 ? 16 * (block_m / 16 / split_k) : 16;
 }
 
 // ---- Persistent schedule ----

@@ -179,8 +179,9 @@ std::int64_t Plan::workspace_bytes() const {
 
 int Plan::cluster_band_rows() const {
   if (split_k == 1 || reduction != SplitReduction::cluster) return 0;
-  const int quads = config.block_m / 8;
-  return quads % split_k == 0 && (quads / split_k) % 2 == 0 ? 8 * (quads / split_k) : 0;
+  if (config.block_m / 16 < split_k) return 0;
+  const ItemRange first = cluster_band_pairs(config.block_m, split_k, 0);
+  return static_cast<int>(16 * (first.end - first.begin));
 }
 
 Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, const TileConfig& config, int split_k,
@@ -261,6 +262,13 @@ struct TileCost {
 // slower than the m128 G3 unsplit plans it displaced, on the H200 (run 119: 38.6 against 37.0 us
 // at W13 M = 512) as on an H100 (run 113). The other narrow tiles keep entries set within runs
 // 53-54's spread.
+// Run 150 (an H100) stored every cluster split whose CTAs each get a pair of quads through TMA
+// (cluster_band_pairs), not only those sharing the quads evenly in even shares. Where the policy
+// already ran such a plan that was 2.5-2.8% faster (m144 split 2 at W13 M = 264, m208 split 2 at
+// W13 M = 400 and seed M = 800; the rest within +-1%). Charging the saving on those bands too
+// moved five picks to plans that ran 2-10% slower (seed M = 200: m208 split 6 18.4 us against m64
+// G4 split 2's 16.7), so the saving is charged only on the bands the entries were fitted with
+// (fitted_band_rows) until a sweep refits them.
 constexpr double kTmaBandSaving = 0.77;
 constexpr TileCost kTileCosts[] = {
     {256, false, 1, 2.97, 5.94, 0.638},  // main loop at ~92% of the bf16 tensor rate
@@ -342,13 +350,21 @@ const TileCost& tile_cost(const TileConfig& config) {
   throw InvalidArgument("no prefill cost entry for " + config.name());
 }
 
+// The band rows the cost entries were fitted with a TMA store for: every CTA's share of the
+// block_m / 8 quads the same even number (the kernel's rule before run 150).
+int fitted_band_rows(const Plan& p) {
+  if (p.cluster_band_rows() == 0) return 0;
+  const int quads = p.config.block_m / 8;
+  return quads % p.split_k == 0 && (quads / p.split_k) % 2 == 0 ? 8 * (quads / p.split_k) : 0;
+}
+
 double plan_cost(const Plan& p, int concurrent_ctas) {
   const TileCost& c = tile_cost(p.config);
   const double kb_per_cta = static_cast<double>(ceil_div(p.k_blocks, p.split_k));
   double split = 0.0;
   if (p.split_k > 1) {
     split = p.reduction == SplitReduction::cluster ? c.split_us : c.workspace_split_us;
-    split -= c.tma_band_saving_us_per_64_rows * p.cluster_band_rows() / 64.0;
+    split -= c.tma_band_saving_us_per_64_rows * fitted_band_rows(p) / 64.0;
   }
   const double tile_us = c.fixed_us + split + c.per_k_block_us * kb_per_cta;
   if (p.config.persistent) {

@@ -338,8 +338,9 @@ TEST(PrefillKernel, LaunchRefusesNvfp4ActivationsItCannotDequantize) {
 TEST(PrefillKernel, TmaStoreEpilogueIsExactAtEveryEdge) {
   REQUIRE_HOPPER();
   // 16-bit outputs with N % 8 == 0 leave through the copy engine: whole tiles (unsplit, or added
-  // up by the last CTA of a workspace split) and the bands of a cluster split where every band is
-  // an even number of quads (Plan::cluster_band_rows; split 3 of m128 is not, and stays staged).
+  // up by the last CTA of a workspace split) and the bands of a cluster split where every CTA gets
+  // a pair of quads (Plan::cluster_band_rows: m128 at split 3 as 48 + 48 + 32 rows, m208 at split 2
+  // as 112 + 96, stored in 16-row boxes; m64 at split 8 has too few and stays staged).
   // N = 264: two full weight tiles and one of 8 columns (its second 64-column half lies wholly
   // beyond N); M = 300, 129 and 1: partial activation tiles, so some bands lie partly or wholly
   // beyond M; N = 8: the smallest row the tensor map allows.

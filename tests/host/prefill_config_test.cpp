@@ -213,22 +213,46 @@ TEST(PrefillConfig, MakePlanCountsTilesAndRejectsBadSplits) {
   }
 }
 
-TEST(PrefillConfig, ClusterBandRowsAreEvenQuadBands) {
-  // block_m / 8 accumulator quads per tile, shared evenly by the split CTAs; a band qualifies when
-  // each CTA's share is an even number of quads (stored two per stmatrix).
+TEST(PrefillConfig, ClusterBandRowsArePairsOfQuads) {
+  // block_m / 8 accumulator quads per tile, shared by the split CTAs two at a time (stored two per
+  // stmatrix); the largest band's rows, 0 where some CTA would get no pair.
   struct Case {
     int block_m, split, rows;
   };
-  for (const Case c : {Case{128, 2, 64}, Case{128, 3, 0}, Case{128, 4, 32}, Case{128, 8, 16}, Case{64, 2, 32},
+  for (const Case c : {Case{128, 2, 64}, Case{128, 3, 48}, Case{128, 4, 32}, Case{128, 8, 16}, Case{64, 2, 32},
                        Case{64, 4, 16}, Case{64, 8, 0}, Case{32, 2, 16}, Case{32, 4, 0}, Case{16, 2, 0},
-                       Case{192, 2, 96}, Case{192, 3, 64}, Case{192, 6, 32}, Case{192, 8, 0}, Case{256, 2, 128},
-                       Case{256, 8, 32}, Case{208, 2, 0}, Case{208, 4, 0}}) {
+                       Case{192, 2, 96}, Case{192, 3, 64}, Case{192, 5, 48}, Case{192, 8, 32}, Case{256, 2, 128},
+                       Case{256, 8, 32}, Case{208, 2, 112}, Case{208, 4, 64}, Case{144, 2, 80}, Case{80, 2, 48},
+                       Case{80, 4, 32}, Case{80, 6, 0}}) {
     const TileConfig config{c.block_m, c.block_m >= 192 ? 6 : 12};
     EXPECT_EQ(make_plan(512, 2048, 6144, config, c.split).cluster_band_rows(), c.rows)
         << "block_m " << c.block_m << ", split " << c.split;
   }
   EXPECT_EQ(make_plan(512, 2048, 6144, TileConfig{128, 9}, 1).cluster_band_rows(), 0);
   EXPECT_EQ(make_plan(512, 2048, 6144, TileConfig{64, 12}, 2, SplitReduction::workspace).cluster_band_rows(), 0);
+}
+
+TEST(PrefillConfig, ClusterBandsCoverTheTileInWholeStoreBoxes) {
+  // For every tile and cluster split the copy engine stores: the CTAs' bands are contiguous,
+  // none empty, cover all block_m rows, and each is a whole number of the tensor map's boxes.
+  for (const TileConfig& c : tile_configs()) {
+    for (int split = 2; split <= kMaxSplitK; ++split) {
+      const int rows = make_plan(512, 2048, 6144, c, c.persistent ? 1 : split).cluster_band_rows();
+      if (c.persistent || rows == 0) continue;
+      const int box = cluster_band_box_rows(c.block_m, split);
+      std::int64_t next = 0;
+      for (int rank = 0; rank < split; ++rank) {
+        const ItemRange pairs = cluster_band_pairs(c.block_m, split, rank);
+        const std::int64_t band = 16 * (pairs.end - pairs.begin);
+        EXPECT_EQ(pairs.begin, next) << c.name() << ", split " << split << ", rank " << rank;
+        EXPECT_GT(band, 0) << c.name() << ", split " << split << ", rank " << rank;
+        EXPECT_LE(band, rows) << c.name() << ", split " << split << ", rank " << rank;
+        EXPECT_EQ(band % box, 0) << c.name() << ", split " << split << ", rank " << rank;
+        next = pairs.end;
+      }
+      EXPECT_EQ(16 * next, c.block_m) << c.name() << ", split " << split;
+    }
+  }
 }
 
 TEST(PersistentSchedule, HalvesOnlyALastWaveThatHalvesFit) {
@@ -411,6 +435,7 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
                        // Run 119 through `fp4gap gemm` (H200): m64 G4 split 2 16.28 us against m128 G3
                        // split 3 17.35 (run 113, an H100: 16.36 / 17.39; runs 44-54 predate the band's
                        // TMA store, run 105)
+                       // (run 150, an H100: 16.84 against m128 G3 split 3's 17.75 with its bands through TMA)
                        Case{128, 4096, 6144, 64, 2, false, kCluster, 4},
                        Case{512, 2048, 6144, 128, 2, false, kCluster, 3},  // 23.80 (plain: 24.81)
                        // Run 119 through `fp4gap gemm` (H200, two rounds): m128 G3 unsplit 37.0 / 37.2
@@ -455,7 +480,9 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
                        Case{1040, 4096, 6144, 144, 1, false, kCluster, 3},  // 83.48 (m192 split 2: 93.18)
                        Case{264, 6144, 2048, 144, 1, false, kCluster, 3},   // 16.39 (m192: 19.65)
                        Case{520, 2048, 6144, 144, 2, false, kCluster, 3},   // 25.93 (m192 split 2: 30.47)
-                       Case{264, 2048, 6144, 144, 3, false, kCluster, 3},   // 18.92 (m128 G3 split 2: 22.07)
+                       // Run 138: 18.92 (m128 G3 split 2: 22.07); run 150 (an H100): 18.56 against m80
+                       // split 2's 19.34 with its bands through TMA
+                       Case{264, 2048, 6144, 144, 3, false, kCluster, 3},
                        Case{520, 6144, 2048, 128, 1, false, kCluster, 3},   // 29.30 (m144: 31.60)
                        // Just past a multiple of 192: runs 145-146's `fp4gap tune` (an H100), m208
                        Case{400, 4096, 6144, 208, 2, false},  // 36.61 (m128 G3: 36.94)

@@ -752,8 +752,12 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
         // in that order whatever the rank: the sum is the same bits on every run. Quad i holds
         // output rows 8i .. 8i + 7, so a share is a band of whole rows, staged after the partials
         // (which other CTAs still read).
-        const KRange share = split_k_range(kAccW / 4, split_k, split);
-        const int share_begin = static_cast<int>(share.begin), share_quads = static_cast<int>(share.end - share.begin);
+        // With the copy engine storing them, the quads are shared two at a time (whole 16-row
+        // slices: cluster_band_pairs), otherwise one at a time.
+        const KRange share = tma_store ? cluster_band_pairs(BM, split_k, split) : split_k_range(kAccW / 4, split_k, split);
+        const int per_item = tma_store ? 2 : 1;
+        const int share_begin = per_item * static_cast<int>(share.begin);
+        const int share_quads = per_item * static_cast<int>(share.end - share.begin);
         auto reduce_quad = [&](int i) {
           const std::uint32_t local = ptx::smem_addr(&partial[i * (kConsumerWarpgroups * 128) + thread]);
           // The ranks' quads are requested four at a time before any is added: one distributed-
@@ -788,10 +792,12 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
         const std::uint32_t band_base = base + static_cast<std::uint32_t>(BM * kBlockN * 4);
         if (tma_store) {
           // 16-bit output through the copy engine, as the whole tile's (above): the launcher sets
-          // tma_store for a cluster split only where every share is an even number of quads
+          // tma_store for a cluster split only where every CTA has a pair of quads
           // (cluster_band_rows), so the band [8 share_quads rows][128 columns] is written by
           // stmatrix two quads at a time, as two 64-column halves in the 128-byte swizzle, and
-          // stored by one thread through out_part_map (box: the band's rows).
+          // stored by one thread through out_part_map (box: cluster_band_box_rows, the band or
+          // one 16-row slice of it; a slice starts at a multiple of 2048 bytes, whole periods of
+          // the swizzle).
           const int band_rows = 8 * share_quads;
           const std::uint32_t half_base = band_base + static_cast<std::uint32_t>(warpgroup * band_rows * 128);
           const int q = lane / 8, r = lane % 8;
@@ -807,9 +813,13 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
           ptx::named_barrier(1, kConsumerWarpgroups * 128);
           if (threadIdx.x == 0) {
             const int row0 = unit.row0 + 8 * share_begin;
-            ptx::tma_store_2d(&out_part_map, band_base, nt * kBlockN, row0);
-            ptx::tma_store_2d(&out_part_map, band_base + static_cast<std::uint32_t>(band_rows * 128), nt * kBlockN + 64,
-                              row0);
+            const int box_rows = cluster_band_box_rows(BM, split_k);
+            for (int r = 0; r < band_rows; r += box_rows) {
+              const std::uint32_t slice = static_cast<std::uint32_t>(r * 128);
+              ptx::tma_store_2d(&out_part_map, band_base + slice, nt * kBlockN, row0 + r);
+              ptx::tma_store_2d(&out_part_map, band_base + static_cast<std::uint32_t>(band_rows * 128) + slice,
+                                nt * kBlockN + 64, row0 + r);
+            }
             ptx::bulk_commit_group();
             ptx::bulk_wait_group_read_all();  // the band outlives the copy engine's reads
           }
@@ -1175,16 +1185,19 @@ void launch_kernel(const Plan& plan, const ActivationMaps* maps, const Nvfp4Acti
   const float kernel_alpha = static_cast<float>(static_cast<double>(alpha) * decode::kernel_alpha_factor(decode::Math::w4a16));
   // 16-bit outputs with 16-byte rows leave through the copy engine (the kernel's TMA-store
   // epilogues) from whole output tiles (unsplit, or added up by a workspace split's last CTA) and
-  // from a cluster split's bands where they are even (Plan::cluster_band_rows); the rest through
-  // the staged fp32 tile. out_part_map stores the parts: a persistent CTA's half tiles, or the
-  // bands.
+  // from a cluster split's bands where every CTA has whole 16-row slices (Plan::cluster_band_rows);
+  // the rest through the staged fp32 tile. out_part_map stores the parts: a persistent CTA's half
+  // tiles, or the bands (cluster_band_box_rows at a time).
   const bool whole_tiles = plan.split_k == 1 || plan.reduction == SplitReduction::workspace;
   const int band_rows = plan.cluster_band_rows();
   const bool tma_store = (whole_tiles || band_rows > 0) && out_type != OutputType::f32 && n % 8 == 0 &&
                          reinterpret_cast<std::uintptr_t>(out) % 16 == 0;
   const int block_m = plan.config.block_m;
   const CUtensorMap out_map = tma_store && whole_tiles ? make_output_map(out, out_type, m, n, block_m) : CUtensorMap{};
-  const int part_rows = !tma_store ? 0 : plan.config.persistent ? block_m / 2 : band_rows;
+  const int part_rows = !tma_store             ? 0
+                        : plan.config.persistent ? block_m / 2
+                        : whole_tiles            ? 0
+                                                 : cluster_band_box_rows(block_m, plan.split_k);
   const CUtensorMap out_part_map = part_rows > 0 ? make_output_map(out, out_type, m, n, part_rows) : CUtensorMap{};
   const ActivationMaps none{};
   const ActivationMaps& am = maps != nullptr ? *maps : none;

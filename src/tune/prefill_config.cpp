@@ -263,9 +263,9 @@ struct TileCost {
 // at W13 M = 512) as on an H100 (run 113). The other narrow tiles keep entries set within runs
 // 53-54's spread.
 // Run 150 (an H100) stored every cluster split whose CTAs each get a pair of quads through TMA
-// (cluster_band_pairs), not only those sharing the quads evenly in even shares. Where the policy
-// already ran such a plan that was 2.5-2.8% faster (m144 split 2 at W13 M = 264, m208 split 2 at
-// W13 M = 400 and seed M = 800; the rest within +-1%). Charging the saving on those bands too
+// (cluster_band_pairs), not only those sharing the quads evenly in even shares. The plans the
+// policy already ran with such bands were 2.5-2.8% faster for it (m144 split 2 at W13 M = 264,
+// m208 split 2 at W13 M = 400 and seed M = 800; the rest within +-1%). Charging the saving on them
 // moved five picks to plans that ran 2-10% slower (seed M = 200: m208 split 6 18.4 us against m64
 // G4 split 2's 16.7), so the saving is charged only on the bands the entries were fitted with
 // (fitted_band_rows) until a sweep refits them.

@@ -18,8 +18,9 @@ constexpr std::int64_t kSmemOptinSm100 = 227 * kKiB;
 constexpr std::int64_t kSmemOptinSm120 = 99 * kKiB;
 
 // cudaOccupancyMaxActiveClusters for every prefill configuration (one CTA per SM) and cluster
-// size 1..8 on the project's H200 (PERF-LOG run 26, docs/data/prefill-sweep-run26.csv).
-constexpr std::array<int, 8> kH200ClusterCtas = {132, 132, 117, 120, 110, 102, 105, 120};
+// size 1..8: the project's H200 (PERF-LOG run 26, docs/data/prefill-sweep-run26.csv) and an H100
+// SXM (run 154, `fp4gap plan` on the card) answered the same, both being 132-SM GH100s.
+constexpr std::array<int, 8> kGh100ClusterCtas = {132, 132, 117, 120, 110, 102, 105, 120};
 
 const std::array<DeviceSpec, 5> kSpecs = {{
     {
@@ -33,9 +34,10 @@ const std::array<DeviceSpec, 5> kSpecs = {{
         .memory_tb_per_s = 3.35,       // H100 datasheet (SXM): 3.35 TB/s HBM3
         .smem_per_block_optin_bytes = kSmemOptinSm90,
         .l2_bytes = 50 * kMiB,         // H100 whitepaper: 50 MB L2
-        .cluster_ctas_at_once = {},  // not measured
+        .cluster_ctas_at_once = kGh100ClusterCtas,
         .sources = "NVIDIA H100 Tensor Core GPU datasheet (SXM; sparse rates halved), "
-                   "H100 architecture whitepaper (SMs, L2), CUDA C++ Programming Guide (smem)",
+                   "H100 architecture whitepaper (SMs, L2), cluster occupancy as CUDA reports it on an H100 SXM, "
+                   "CUDA C++ Programming Guide (smem)",
     },
     {
         .name = "H200 SXM",
@@ -48,7 +50,7 @@ const std::array<DeviceSpec, 5> kSpecs = {{
         .memory_tb_per_s = 4.8,        // H200 datasheet (SXM): 4.8 TB/s HBM3e
         .smem_per_block_optin_bytes = kSmemOptinSm90,
         .l2_bytes = 60 * kMiB,         // cudaDeviceProp::l2CacheSize on the project's H200
-        .cluster_ctas_at_once = kH200ClusterCtas,
+        .cluster_ctas_at_once = kGh100ClusterCtas,
         .sources = "NVIDIA H200 Tensor Core GPU datasheet (SXM; sparse rates halved), "
                    "L2 and cluster occupancy as CUDA reports them on an H200, CUDA C++ Programming Guide (smem)",
     },

@@ -586,13 +586,19 @@ TEST(PrefillPolicy, DatasheetOccupancyOnlyWhereMeasured) {
   const DeviceSpec* b200 = find_device_spec("B200");
   ASSERT_NE(b200, nullptr);
   EXPECT_FALSE(datasheet_concurrent_ctas(*b200));  // nobody measured it: plan_candidates uses the bound
-  const DeviceSpec* h200 = find_device_spec("H200 SXM");
-  ASSERT_NE(h200, nullptr);
-  ASSERT_EQ(h200->cluster_ctas_at_once.size(), static_cast<std::size_t>(kMaxSplitK));
-  for (int split = 1; split <= kMaxSplitK; ++split) {
-    const int ctas = h200->cluster_ctas_at_once[static_cast<std::size_t>(split - 1)];
-    EXPECT_EQ(ctas % split, 0) << split;  // whole clusters
-    EXPECT_LE(ctas, default_concurrent_ctas(datasheet_device_context(*h200), split)) << split;
+  // Measured on an H200 (run 26) and an H100 SXM (run 154).
+  for (const char* name : {"H200 SXM", "H100 SXM"}) {
+    const DeviceSpec* hopper = find_device_spec(name);
+    ASSERT_NE(hopper, nullptr) << name;
+    ASSERT_EQ(hopper->cluster_ctas_at_once.size(), static_cast<std::size_t>(kMaxSplitK)) << name;
+    const ConcurrentCtas measured = datasheet_concurrent_ctas(*hopper);
+    ASSERT_TRUE(measured) << name;
+    for (int split = 1; split <= kMaxSplitK; ++split) {
+      const int ctas = hopper->cluster_ctas_at_once[static_cast<std::size_t>(split - 1)];
+      EXPECT_EQ(ctas % split, 0) << name << " split " << split;  // whole clusters
+      EXPECT_LE(ctas, default_concurrent_ctas(datasheet_device_context(*hopper), split)) << name << " split " << split;
+      EXPECT_EQ(measured(tile_configs()[0], split), ctas) << name << " split " << split;
+    }
   }
 }
 

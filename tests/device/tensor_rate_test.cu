@@ -205,6 +205,106 @@ __global__ void mma_sync_rate_kernel(int groups, std::uint64_t* cycles, float* s
   if (x == 1.2345f) *sink = x;  // never
 }
 
+// D[64 x 192] += A[64 x 16] * B[16 x 192], both bf16 K-major in shared memory (128-byte swizzle),
+// fp32 accumulators: the consumer instruction of a tile whose weight is the B operand
+// (docs/KERNELS-prefill.md, "Not done yet", item 1d).
+__device__ __forceinline__ void wgmma_m64n192k16_ss(float (&d)[96], std::uint64_t a_desc, std::uint64_t b_desc) {
+#if FP4GAP_PREFILL_SM90A
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %98, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, %96, %97, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+      : "l"(a_desc), "l"(b_desc), "r"(1));
+#else
+  (void)d, (void)a_desc, (void)b_desc;
+#endif
+}
+// Per SM, two consumer warpgroups issue commit groups of 4 m64n192k16 with A (64 activation rows
+// each) and B (192 weight rows, shared) from shared memory, one group in flight, while a third
+// warpgroup, if `writer_stores` > 0, stands in for the dequantizer and the copy engine: per pass
+// each of its threads loads 3 x 16 bytes (the packed weight) and stores `writer_stores` x 16
+// bytes (the dequantized tile: 12; with the copies' bytes too: 24) into a region nobody reads,
+// until the consumers are done. out[3 c] = the consumers' SM cycles, out[3 c + 1] = the writer's
+// passes, out[3 c + 2] = the writer's SM cycles.
+__global__ void __launch_bounds__(384, 1)
+    shared_b_with_writes_kernel(int groups, int writer_stores, std::uint64_t* out, float* sink) {
+#if FP4GAP_PREFILL_SM90A
+  namespace ptx = prefill::ptx;
+  extern __shared__ std::uint8_t smem_raw[];
+  __shared__ volatile int done;
+  const std::uint32_t base = (ptx::smem_addr(smem_raw) + 1023u) & ~1023u;
+  constexpr std::uint32_t kA = 8192, kB = 192 * 128, kWrites = 24 * 128 * 16, kReads = 3 * 128 * 16;
+  const std::uint32_t b_tile = base + 2 * kA, writes = b_tile + kB, reads = writes + kWrites;
+  for (std::uint32_t i = threadIdx.x; i < (reads + kReads - base) / 16; i += blockDim.x) {
+    ptx::st_shared_v4_u32(base + 16u * i, 0u, 0u, 0u, 0u);
+  }
+  if (threadIdx.x == 0) done = 0;
+  ptx::fence_proxy_async();
+  __syncthreads();
+  const int warpgroup = static_cast<int>(threadIdx.x) / 128, t = static_cast<int>(threadIdx.x) % 128;
+  if (warpgroup < 2) {
+    const std::uint64_t a_desc = ptx::sw128_kmajor_desc(base + static_cast<std::uint32_t>(warpgroup) * kA);
+    const std::uint64_t b_desc = ptx::sw128_kmajor_desc(b_tile);
+    float d[96];
+#pragma unroll
+    for (int i = 0; i < 96; ++i) d[i] = 0.0f;
+    const long long start = clock64();
+    for (int g = 0; g < groups; ++g) {
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int s = 0; s < kStepsPerGroup; ++s) {
+        wgmma_m64n192k16_ss(d, a_desc + 2u * static_cast<std::uint32_t>(s), b_desc + 2u * static_cast<std::uint32_t>(s));
+      }
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<1>();
+    }
+    ptx::wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < 96; ++i) ptx::fence_register(d[i]);
+    ptx::named_barrier(1, 256);
+    if (threadIdx.x == 0) {
+      out[3 * blockIdx.x] = static_cast<std::uint64_t>(clock64() - start);
+      done = 1;
+    }
+    if (d[0] == 1.2345f) *sink = d[1];  // never: keeps the accumulators
+  } else if (writer_stores > 0) {
+    const long long start = clock64();
+    std::uint32_t passes = 0;
+    while (done == 0) {
+      uint4 w[3];
+#pragma unroll
+      for (int j = 0; j < 3; ++j) w[j] = ptx::ld_shared_v4_u32(reads + static_cast<std::uint32_t>(j * 128 + t) * 16u);
+      const std::uint32_t x = w[0].x ^ w[1].y ^ w[2].z ^ passes;
+      for (int j = 0; j < writer_stores; ++j) {
+        ptx::st_shared_v4_u32(writes + static_cast<std::uint32_t>(j * 128 + t) * 16u, x, w[0].y, w[1].z, w[2].w);
+      }
+      ++passes;
+    }
+    if (t == 0) {
+      out[3 * blockIdx.x + 1] = passes;
+      out[3 * blockIdx.x + 2] = static_cast<std::uint64_t>(clock64() - start);
+    }
+  }
+#else
+  (void)groups, (void)writer_stores, (void)out, (void)sink;
+#endif
+}
+
 double median(std::vector<std::uint64_t> v) {
   std::sort(v.begin(), v.end());
   return static_cast<double>(v[v.size() / 2]);
@@ -256,6 +356,49 @@ TEST(TensorRate, DISABLED_RegisterAWgmmaAndMmaSync) {
   mma_rows(std::integral_constant<int, 1>{});
   mma_rows(std::integral_constant<int, 2>{});
   mma_rows(std::integral_constant<int, 4>{});
+}
+
+// Diagnostic (disabled), not a test of speed: whether a tile with the weight as wgmma's B operand
+// (KERNELS-prefill, "Not done yet", item 1d: 128 activation rows x 192 weight rows) can keep the
+// tensor cores busy while its weight is dequantized into shared memory. Its arithmetic puts the
+// shared-memory traffic at ~154 bytes per tensor cycle against 128, i.e. ~82% of the tensor rate.
+// One CTA per SM: the consumers alone, then beside a writer storing 12 or 24 x 16 bytes per thread
+// and pass (the dequantized tile; plus the copies' bytes). The tile needs one writer pass per
+// commit group at 12 stores (24 with the copies, which the copy engine would make instead). Run by
+// hand:
+//   fp4gap_device_tests --gtest_also_run_disabled_tests --gtest_filter='TensorRate.DISABLED_SharedBWeightBesideDequantWrites'
+TEST(TensorRate, DISABLED_SharedBWeightBesideDequantWrites) {
+  if (gpu().cc_major != 9) GTEST_SKIP() << "wgmma is sm_90a code";
+  const int sms = gpu().sm_count;
+  constexpr int kGroups = 4096;
+  cuda::DeviceBuffer<std::uint64_t> out(static_cast<std::size_t>(3 * sms));
+  cuda::DeviceBuffer<float> sink(1);
+  int smem_per_sm = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0));
+  const int smem = std::max(smem_per_sm / 2 + 1024, 2 * 8192 + 192 * 128 + 27 * 128 * 16 + 1024);
+  CUDA_CHECK(cudaFuncSetAttribute(shared_b_with_writes_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  std::printf("%13s | %12s %14s %14s %16s\n", "writer stores", "cycles/group", "tensor rate", "passes/group",
+              "writer B/cycle");
+  for (int stores : {0, 12, 24}) {
+    out.fill_bytes(0);
+    shared_b_with_writes_kernel<<<sms, 384, smem>>>(kGroups, stores, out.get(), sink.get());
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<std::uint64_t> o = out.download();
+    std::vector<std::uint64_t> cycles, passes, writer_cycles;
+    for (int c = 0; c < sms; ++c) {
+      cycles.push_back(o[3 * c]);
+      passes.push_back(o[3 * c + 1]);
+      writer_cycles.push_back(o[3 * c + 2]);
+    }
+    const double c = median(cycles), p = median(passes), wc = median(writer_cycles);
+    ASSERT_GT(c, 0.0) << stores;
+    if (stores > 0) ASSERT_GT(p, 0.0) << stores;
+    // 2 x 4 m64n192k16 per group, 96 SM cycles each at 2048 bf16 FMA per cycle.
+    const double ideal = 2.0 * kStepsPerGroup * 96.0;
+    std::printf("%13d | %12.1f %13.0f%% %14.2f %16.1f\n", stores, c / kGroups, 100.0 * ideal * kGroups / c,
+                p / kGroups, stores > 0 ? p * 128.0 * (stores + 3) * 16.0 / wc : 0.0);
+  }
 }
 
 // What wgmma_with_copies_kernel needs on every SM: 128 KB of source per CTA (all of them together

@@ -234,6 +234,7 @@ __device__ __forceinline__ void wgmma_m64n192k16_ss(float (&d)[96], std::uint64_
   (void)d, (void)a_desc, (void)b_desc;
 #endif
 }
+
 // Per SM, two consumer warpgroups issue commit groups of 4 m64n192k16 with A (64 activation rows
 // each) and B (192 weight rows, shared) from shared memory, one group in flight, while a third
 // warpgroup, if `writer_stores` > 0, stands in for the dequantizer and the copy engine: per pass

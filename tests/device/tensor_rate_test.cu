@@ -208,8 +208,10 @@ __global__ void mma_sync_rate_kernel(int groups, std::uint64_t* cycles, float* s
 // D[64 x 192] += A[64 x 16] * B[16 x 192], both bf16 K-major in shared memory (128-byte swizzle),
 // fp32 accumulators: the consumer instruction of a tile whose weight is the B operand
 // (docs/KERNELS-prefill.md, "Not done yet", item 1d).
-__device__ __forceinline__ void wgmma_m64n192k16_ss(float (&d)[96], std::uint64_t a_desc, std::uint64_t b_desc) {
+// Defined only where the kernel below has a body, so the other architectures' passes do not see an
+// unused function.
 #if FP4GAP_PREFILL_SM90A
+__device__ __forceinline__ void wgmma_m64n192k16_ss(float (&d)[96], std::uint64_t a_desc, std::uint64_t b_desc) {
   asm volatile(
       "{\n"
       ".reg .pred p;\n"
@@ -230,10 +232,8 @@ __device__ __forceinline__ void wgmma_m64n192k16_ss(float (&d)[96], std::uint64_
         "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
         "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
       : "l"(a_desc), "l"(b_desc), "r"(1));
-#else
-  (void)d, (void)a_desc, (void)b_desc;
-#endif
 }
+#endif
 
 // Per SM, two consumer warpgroups issue commit groups of 4 m64n192k16 with A (64 activation rows
 // each) and B (192 weight rows, shared) from shared memory, one group in flight, while a third

@@ -233,6 +233,31 @@ __device__ __forceinline__ void wgmma_m64n192k16_ss(float (&d)[96], std::uint64_
         "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
       : "l"(a_desc), "l"(b_desc), "r"(1));
 }
+
+// The same shape with A from registers: the activation rows loaded from global memory by the
+// consumers themselves, so only the weight tile (B) is read from shared memory.
+__device__ __forceinline__ void wgmma_m64n192k16_rs(float (&d)[96], const std::uint32_t (&a)[4], std::uint64_t b_desc) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %101, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, {%96, %97, %98, %99}, %100, p, 1, 1, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+}
 #endif
 
 // Per SM, two consumer warpgroups issue commit groups of 4 m64n192k16 with A (64 activation rows
@@ -303,6 +328,117 @@ __global__ void __launch_bounds__(384, 1)
   }
 #else
   (void)groups, (void)writer_stores, (void)out, (void)sink;
+#endif
+}
+
+// As shared_b_with_writes_kernel, with each consumer warpgroup's 64 activation rows taken from
+// global memory straight into wgmma's A registers (item 1e: no activation copy in shared memory, so
+// only the weight tile is read there). Thread (warp w, lane l) of warpgroup g loads per K block the
+// 32 bytes at column byte (l % 4) * 32 of rows 64 g + 16 w + l / 4 and + 8: four 16-byte loads,
+// four lanes covering a row's 128 bytes (so the kernel would permute K inside a block, as the
+// weight's offline layout can, to match the fragment). Loads run one K block ahead (a second staged
+// block would exceed the 168 registers of 384 threads); with `load_activations` false the consumers
+// reuse block 0. Activation rows
+// are the CTA's 128 of `act` (act_rows x k_blocks x 128 bytes, L2-resident as in a GEMM whose
+// weight columns share them). out as shared_b_with_writes_kernel's.
+__global__ void __launch_bounds__(384, 1)
+    register_a_activation_with_writes_kernel(int groups, int writer_stores, bool load_activations, const uint4* act,
+                                             int act_rows, int k_blocks, std::uint64_t* out, float* sink) {
+#if FP4GAP_PREFILL_SM90A
+  namespace ptx = prefill::ptx;
+  extern __shared__ std::uint8_t smem_raw[];
+  __shared__ volatile int done;
+  const std::uint32_t base = (ptx::smem_addr(smem_raw) + 1023u) & ~1023u;
+  constexpr std::uint32_t kB = 192 * 128, kWrites = 24 * 128 * 16, kReads = 3 * 128 * 16;
+  const std::uint32_t b_tile = base, writes = b_tile + kB, reads = writes + kWrites;
+  for (std::uint32_t i = threadIdx.x; i < (reads + kReads - base) / 16; i += blockDim.x) {
+    ptx::st_shared_v4_u32(base + 16u * i, 0u, 0u, 0u, 0u);
+  }
+  if (threadIdx.x == 0) done = 0;
+  ptx::fence_proxy_async();
+  __syncthreads();
+  const int warpgroup = static_cast<int>(threadIdx.x) / 128, t = static_cast<int>(threadIdx.x) % 128;
+  if (warpgroup < 2) {
+    const int row = static_cast<int>(blockIdx.x) % (act_rows / 128) * 128 + 64 * warpgroup + 16 * (t / 32) + t % 32 / 4;
+    const std::size_t row_stride = static_cast<std::size_t>(k_blocks) * 8;  // uint4 per row
+    const uint4* row_lo = act + static_cast<std::size_t>(row) * row_stride + 2 * (t % 4);
+    const uint4* row_hi = row_lo + 8 * row_stride;
+    const std::uint64_t b_desc = ptx::sw128_kmajor_desc(b_tile);
+    float d[96];
+#pragma unroll
+    for (int i = 0; i < 96; ++i) d[i] = 0.0f;
+    // The loads land in `staged`, which no wgmma reads, and are moved into a fragment set just before
+    // the fence: loading straight into a set that an earlier group read makes ptxas serialize the
+    // wgmmas (C7512).
+    uint4 staged[4], frag[2][4];
+    auto load = [&](int kb) {
+      const std::size_t k = static_cast<std::size_t>(kb % k_blocks) * 8;
+      staged[0] = __ldg(row_lo + k);
+      staged[1] = __ldg(row_lo + k + 1);
+      staged[2] = __ldg(row_hi + k);
+      staged[3] = __ldg(row_hi + k + 1);
+    };
+    std::uint64_t desc[kStepsPerGroup];
+    // Issues the staged block's four k16 steps from fragment set `cur`, waits for the previous
+    // group, then stages block kb.
+    auto step = [&](uint4(&cur)[4], int kb) {
+#pragma unroll
+      for (int h = 0; h < 4; ++h) {
+        cur[h] = staged[h];
+        ptx::fence_register(cur[h].x), ptx::fence_register(cur[h].y);
+        ptx::fence_register(cur[h].z), ptx::fence_register(cur[h].w);
+      }
+#pragma unroll
+      for (int s = 0; s < kStepsPerGroup; ++s) {
+        desc[s] = b_desc + 2u * static_cast<std::uint32_t>(s);
+        ptx::fence_register(desc[s]);
+      }
+      ptx::wgmma_fence();
+      // Step s takes row lo's words 2s, 2s + 1 and row hi's, in the fragment's order.
+      wgmma_m64n192k16_rs(d, {cur[0].x, cur[2].x, cur[0].y, cur[2].y}, desc[0]);
+      wgmma_m64n192k16_rs(d, {cur[0].z, cur[2].z, cur[0].w, cur[2].w}, desc[1]);
+      wgmma_m64n192k16_rs(d, {cur[1].x, cur[3].x, cur[1].y, cur[3].y}, desc[2]);
+      wgmma_m64n192k16_rs(d, {cur[1].z, cur[3].z, cur[1].w, cur[3].w}, desc[3]);
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<1>();
+      if (load_activations) load(kb);
+    };
+    load(0);
+    const long long start = clock64();
+    for (int g = 0; g + 2 <= groups; g += 2) {
+      step(frag[0], g + 1);
+      step(frag[1], g + 2);
+    }
+    ptx::wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < 96; ++i) ptx::fence_register(d[i]);
+    ptx::named_barrier(1, 256);
+    if (threadIdx.x == 0) {
+      out[3 * blockIdx.x] = static_cast<std::uint64_t>(clock64() - start);
+      done = 1;
+    }
+    if (d[0] == 1.2345f) *sink = d[1];  // never: keeps the accumulators
+  } else if (writer_stores > 0) {
+    const long long start = clock64();
+    std::uint32_t passes = 0;
+    while (done == 0) {
+      uint4 w[3];
+#pragma unroll
+      for (int j = 0; j < 3; ++j) w[j] = ptx::ld_shared_v4_u32(reads + static_cast<std::uint32_t>(j * 128 + t) * 16u);
+      const std::uint32_t x = w[0].x ^ w[1].y ^ w[2].z ^ passes;
+      for (int j = 0; j < writer_stores; ++j) {
+        ptx::st_shared_v4_u32(writes + static_cast<std::uint32_t>(j * 128 + t) * 16u, x, w[0].y, w[1].z, w[2].w);
+      }
+      ++passes;
+    }
+    if (t == 0) {
+      out[3 * blockIdx.x + 1] = passes;
+      out[3 * blockIdx.x + 2] = static_cast<std::uint64_t>(clock64() - start);
+    }
+  }
+#else
+  (void)groups, (void)writer_stores, (void)load_activations, (void)act, (void)act_rows, (void)k_blocks, (void)out,
+      (void)sink;
 #endif
 }
 
@@ -399,6 +535,55 @@ TEST(TensorRate, DISABLED_SharedBWeightBesideDequantWrites) {
     const double ideal = 2.0 * kStepsPerGroup * 96.0;
     std::printf("%13d | %12.1f %13.0f%% %14.2f %16.1f\n", stores, c / kGroups, 100.0 * ideal * kGroups / c,
                 p / kGroups, stores > 0 ? p * 128.0 * (stores + 3) * 16.0 / wc : 0.0);
+  }
+}
+
+// Diagnostic (disabled), not a test of speed: item 1e's premise (KERNELS-prefill, "Not done yet").
+// With the activation rows in wgmma's A registers, loaded by the consumers from L2, shared memory
+// carries per K block of a 128 x 192 tile only the weight: B read by both warpgroups (48 KB), the
+// dequantized tile written (24 KB), the packed chunk written by the copy and read (2 x 6.9 KB):
+// ~112 bytes per tensor cycle where item 1d needs ~154, and L2 gives each SM 16 KB of activations
+// and 6.9 KB of weight per 768 cycles (~30 bytes per cycle; run 104 measured 34-40 with every SM
+// copying). Rows: consumers alone (activations not reloaded), with their loads, and beside a
+// writer storing 12, 16 (the tile and the copy's chunk) or 24 x 16 bytes per thread and pass.
+// Run by hand:
+//   fp4gap_device_tests --gtest_also_run_disabled_tests --gtest_filter='TensorRate.DISABLED_ActivationInRegistersBesideDequantWrites'
+TEST(TensorRate, DISABLED_ActivationInRegistersBesideDequantWrites) {
+  if (gpu().cc_major != 9) GTEST_SKIP() << "wgmma is sm_90a code";
+  const int sms = gpu().sm_count;
+  constexpr int kGroups = 4096;
+  constexpr int kActRows = 512, kKBlocks = 32;  // W2 at M = 512: K = 2048
+  cuda::DeviceBuffer<std::uint64_t> out(static_cast<std::size_t>(3 * sms));
+  cuda::DeviceBuffer<float> sink(1);
+  cuda::DeviceBuffer<uint4> act(static_cast<std::size_t>(kActRows) * kKBlocks * 8);
+  act.fill_bytes(0x3C);
+  int smem_per_sm = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0));
+  const int smem = std::max(smem_per_sm / 2 + 1024, 192 * 128 + 27 * 128 * 16 + 1024);
+  CUDA_CHECK(cudaFuncSetAttribute(register_a_activation_with_writes_kernel,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  std::printf("%6s %13s | %12s %12s %14s %16s %16s\n", "loads", "writer stores", "cycles/group", "tensor rate",
+              "passes/group", "writer B/cycle", "loaded B/cycle");
+  for (auto [loads, stores] : {std::pair{false, 0}, {true, 0}, {true, 12}, {true, 16}, {true, 24}}) {
+    out.fill_bytes(0);
+    register_a_activation_with_writes_kernel<<<sms, 384, smem>>>(kGroups, stores, loads, act.get(), kActRows,
+                                                                  kKBlocks, out.get(), sink.get());
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<std::uint64_t> o = out.download();
+    std::vector<std::uint64_t> cycles, passes, writer_cycles;
+    for (int c = 0; c < sms; ++c) {
+      cycles.push_back(o[3 * c]);
+      passes.push_back(o[3 * c + 1]);
+      writer_cycles.push_back(o[3 * c + 2]);
+    }
+    const double c = median(cycles), p = median(passes), wc = median(writer_cycles);
+    ASSERT_GT(c, 0.0) << stores;
+    if (stores > 0) ASSERT_GT(p, 0.0) << stores;
+    const double ideal = 2.0 * kStepsPerGroup * 96.0;
+    std::printf("%6s %13d | %12.1f %11.0f%% %14.2f %16.1f %16.1f\n", loads ? "yes" : "no", stores, c / kGroups,
+                100.0 * ideal * kGroups / c, p / kGroups, stores > 0 ? p * 128.0 * (stores + 3) * 16.0 / wc : 0.0,
+                loads ? 16384.0 * kGroups / c : 0.0);
   }
 }
 

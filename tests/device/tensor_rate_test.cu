@@ -338,9 +338,8 @@ __global__ void __launch_bounds__(384, 1)
 // four lanes covering a row's 128 bytes (so the kernel would permute K inside a block, as the
 // weight's offline layout can, to match the fragment). Loads run one K block ahead (a second staged
 // block would exceed the 168 registers of 384 threads); with `load_activations` false the consumers
-// reuse block 0. Activation rows
-// are the CTA's 128 of `act` (act_rows x k_blocks x 128 bytes, L2-resident as in a GEMM whose
-// weight columns share them). out as shared_b_with_writes_kernel's.
+// reuse block 0. Activation rows are the CTA's 128 of `act` (act_rows x k_blocks x 128 bytes,
+// L2-resident as in a GEMM whose weight columns share them). out as shared_b_with_writes_kernel's.
 __global__ void __launch_bounds__(384, 1)
     register_a_activation_with_writes_kernel(int groups, int writer_stores, bool load_activations, const uint4* act,
                                              int act_rows, int k_blocks, std::uint64_t* out, float* sink) {

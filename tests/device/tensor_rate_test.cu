@@ -336,10 +336,11 @@ __global__ void __launch_bounds__(384, 1)
 // only the weight tile is read there). Thread (warp w, lane l) of warpgroup g loads per K block the
 // 32 bytes at column byte (l % 4) * 32 of rows 64 g + 16 w + l / 4 and + 8: four 16-byte loads,
 // four lanes covering a row's 128 bytes (so the kernel would permute K inside a block, as the
-// weight's offline layout can, to match the fragment). Loads run one K block ahead (a second staged
-// block would exceed the 168 registers of 384 threads); with `load_activations` false the consumers
-// reuse block 0. Activation rows are the CTA's 128 of `act` (act_rows x k_blocks x 128 bytes,
+// weight's offline layout can, to match the fragment). Loads run kAhead K blocks ahead, into staging
+// registers that the consumers, raised to 216 registers by setmaxnreg, move into a fragment set
+// before the fence; with `load_activations` false they reuse the first blocks. Activation rows are the CTA's 128 of `act` (act_rows x k_blocks x 128 bytes,
 // L2-resident as in a GEMM whose weight columns share them). out as shared_b_with_writes_kernel's.
+template <int kAhead>
 __global__ void __launch_bounds__(384, 1)
     register_a_activation_with_writes_kernel(int groups, int writer_stores, bool load_activations, const uint4* act,
                                              int act_rows, int k_blocks, std::uint64_t* out, float* sink) {
@@ -369,21 +370,22 @@ __global__ void __launch_bounds__(384, 1)
     // The loads land in `staged`, which no wgmma reads, and are moved into a fragment set just before
     // the fence: loading straight into a set that an earlier group read makes ptxas serialize the
     // wgmmas (C7512).
-    uint4 staged[4], frag[2][4];
-    auto load = [&](int kb) {
+    ptx::claim_registers<216>();
+    uint4 staged[kAhead][4], frag[2][4];
+    auto load = [&](uint4(&slot)[4], int kb) {
       const std::size_t k = static_cast<std::size_t>(kb % k_blocks) * 8;
-      staged[0] = __ldg(row_lo + k);
-      staged[1] = __ldg(row_lo + k + 1);
-      staged[2] = __ldg(row_hi + k);
-      staged[3] = __ldg(row_hi + k + 1);
+      slot[0] = __ldg(row_lo + k);
+      slot[1] = __ldg(row_lo + k + 1);
+      slot[2] = __ldg(row_hi + k);
+      slot[3] = __ldg(row_hi + k + 1);
     };
     std::uint64_t desc[kStepsPerGroup];
-    // Issues the staged block's four k16 steps from fragment set `cur`, waits for the previous
-    // group, then stages block kb.
-    auto step = [&](uint4(&cur)[4], int kb) {
+    // Issues the block staged in `slot` from fragment set `cur`, waits for the previous group, then
+    // stages block kb in `slot`.
+    auto step = [&](uint4(&cur)[4], uint4(&slot)[4], int kb) {
 #pragma unroll
       for (int h = 0; h < 4; ++h) {
-        cur[h] = staged[h];
+        cur[h] = slot[h];
         ptx::fence_register(cur[h].x), ptx::fence_register(cur[h].y);
         ptx::fence_register(cur[h].z), ptx::fence_register(cur[h].w);
       }
@@ -400,13 +402,14 @@ __global__ void __launch_bounds__(384, 1)
       wgmma_m64n192k16_rs(d, {cur[1].z, cur[3].z, cur[1].w, cur[3].w}, desc[3]);
       ptx::wgmma_commit();
       ptx::wgmma_wait<1>();
-      if (load_activations) load(kb);
+      if (load_activations) load(slot, kb);
     };
-    load(0);
+#pragma unroll
+    for (int i = 0; i < kAhead; ++i) load(staged[i], i);
     const long long start = clock64();
     for (int g = 0; g + 2 <= groups; g += 2) {
-      step(frag[0], g + 1);
-      step(frag[1], g + 2);
+      step(frag[0], staged[0], g + kAhead);
+      step(frag[1], staged[1 % kAhead], g + 1 + kAhead);
     }
     ptx::wgmma_wait<0>();
 #pragma unroll
@@ -417,22 +420,28 @@ __global__ void __launch_bounds__(384, 1)
       done = 1;
     }
     if (d[0] == 1.2345f) *sink = d[1];  // never: keeps the accumulators
-  } else if (writer_stores > 0) {
-    const long long start = clock64();
-    std::uint32_t passes = 0;
-    while (done == 0) {
-      uint4 w[3];
+  } else {
+    // The CTA holds 168 x 384 registers from its launch: 2 x 128 x 216 + 128 x 72 = 64512.
+    ptx::release_registers<72>();
+    if (writer_stores > 0) {
+      const long long start = clock64();
+      std::uint32_t passes = 0;
+      while (done == 0) {
+        uint4 w[3];
 #pragma unroll
-      for (int j = 0; j < 3; ++j) w[j] = ptx::ld_shared_v4_u32(reads + static_cast<std::uint32_t>(j * 128 + t) * 16u);
-      const std::uint32_t x = w[0].x ^ w[1].y ^ w[2].z ^ passes;
-      for (int j = 0; j < writer_stores; ++j) {
-        ptx::st_shared_v4_u32(writes + static_cast<std::uint32_t>(j * 128 + t) * 16u, x, w[0].y, w[1].z, w[2].w);
+        for (int j = 0; j < 3; ++j) {
+          w[j] = ptx::ld_shared_v4_u32(reads + static_cast<std::uint32_t>(j * 128 + t) * 16u);
+        }
+        const std::uint32_t x = w[0].x ^ w[1].y ^ w[2].z ^ passes;
+        for (int j = 0; j < writer_stores; ++j) {
+          ptx::st_shared_v4_u32(writes + static_cast<std::uint32_t>(j * 128 + t) * 16u, x, w[0].y, w[1].z, w[2].w);
+        }
+        ++passes;
       }
-      ++passes;
-    }
-    if (t == 0) {
-      out[3 * blockIdx.x + 1] = passes;
-      out[3 * blockIdx.x + 2] = static_cast<std::uint64_t>(clock64() - start);
+      if (t == 0) {
+        out[3 * blockIdx.x + 1] = passes;
+        out[3 * blockIdx.x + 2] = static_cast<std::uint64_t>(clock64() - start);
+      }
     }
   }
 #else
@@ -559,31 +568,35 @@ TEST(TensorRate, DISABLED_ActivationInRegistersBesideDequantWrites) {
   int smem_per_sm = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0));
   const int smem = std::max(smem_per_sm / 2 + 1024, 192 * 128 + 27 * 128 * 16 + 1024);
-  CUDA_CHECK(cudaFuncSetAttribute(register_a_activation_with_writes_kernel,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  std::printf("%6s %13s | %12s %12s %14s %16s %16s\n", "loads", "writer stores", "cycles/group", "tensor rate",
-              "passes/group", "writer B/cycle", "loaded B/cycle");
-  for (auto [loads, stores] : {std::pair{false, 0}, {true, 0}, {true, 12}, {true, 16}, {true, 24}}) {
-    out.fill_bytes(0);
-    register_a_activation_with_writes_kernel<<<sms, 384, smem>>>(kGroups, stores, loads, act.get(), kActRows,
-                                                                  kKBlocks, out.get(), sink.get());
-    CUDA_CHECK(cudaGetLastError());
-    CUDA_CHECK(cudaDeviceSynchronize());
-    const std::vector<std::uint64_t> o = out.download();
-    std::vector<std::uint64_t> cycles, passes, writer_cycles;
-    for (int c = 0; c < sms; ++c) {
-      cycles.push_back(o[3 * c]);
-      passes.push_back(o[3 * c + 1]);
-      writer_cycles.push_back(o[3 * c + 2]);
+  std::printf("%5s %6s %13s | %12s %12s %14s %16s %16s\n", "ahead", "loads", "writer stores", "cycles/group",
+              "tensor rate", "passes/group", "writer B/cycle", "loaded B/cycle");
+  auto rows = [&]<int kAhead>(std::integral_constant<int, kAhead>) {
+    CUDA_CHECK(cudaFuncSetAttribute(register_a_activation_with_writes_kernel<kAhead>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    for (auto [loads, stores] : {std::pair{false, 0}, {true, 0}, {true, 12}, {true, 16}, {true, 24}}) {
+      out.fill_bytes(0);
+      register_a_activation_with_writes_kernel<kAhead><<<sms, 384, smem>>>(kGroups, stores, loads, act.get(),
+                                                                          kActRows, kKBlocks, out.get(), sink.get());
+      CUDA_CHECK(cudaGetLastError());
+      CUDA_CHECK(cudaDeviceSynchronize());
+      const std::vector<std::uint64_t> o = out.download();
+      std::vector<std::uint64_t> cycles, passes, writer_cycles;
+      for (int c = 0; c < sms; ++c) {
+        cycles.push_back(o[3 * c]);
+        passes.push_back(o[3 * c + 1]);
+        writer_cycles.push_back(o[3 * c + 2]);
+      }
+      const double c = median(cycles), p = median(passes), wc = median(writer_cycles);
+      ASSERT_GT(c, 0.0) << stores;
+      if (stores > 0) ASSERT_GT(p, 0.0) << stores;
+      const double ideal = 2.0 * kStepsPerGroup * 96.0;
+      std::printf("%5d %6s %13d | %12.1f %11.0f%% %14.2f %16.1f %16.1f\n", kAhead, loads ? "yes" : "no", stores,
+                  c / kGroups, 100.0 * ideal * kGroups / c, p / kGroups,
+                  stores > 0 ? p * 128.0 * (stores + 3) * 16.0 / wc : 0.0, loads ? 16384.0 * kGroups / c : 0.0);
     }
-    const double c = median(cycles), p = median(passes), wc = median(writer_cycles);
-    ASSERT_GT(c, 0.0) << stores;
-    if (stores > 0) ASSERT_GT(p, 0.0) << stores;
-    const double ideal = 2.0 * kStepsPerGroup * 96.0;
-    std::printf("%6s %13d | %12.1f %11.0f%% %14.2f %16.1f %16.1f\n", loads ? "yes" : "no", stores, c / kGroups,
-                100.0 * ideal * kGroups / c, p / kGroups, stores > 0 ? p * 128.0 * (stores + 3) * 16.0 / wc : 0.0,
-                loads ? 16384.0 * kGroups / c : 0.0);
-  }
+  };
+  rows(std::integral_constant<int, 1>{});
+  rows(std::integral_constant<int, 2>{});
 }
 
 // What wgmma_with_copies_kernel needs on every SM: 128 KB of source per CTA (all of them together

@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -258,15 +259,38 @@ __device__ __forceinline__ void wgmma_m64n192k16_rs(float (&d)[96], const std::u
         "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
 }
+// The stand-in for a dequantizing warpgroup (and the copy engine) of the kernels below: per pass
+// thread t loads 3 x 16 bytes (the packed weight) and stores `writer_stores` x 16 bytes into a
+// region nobody reads, until the consumers set `done`. out[1] = its passes, out[2] = its SM cycles.
+__device__ __forceinline__ void stand_in_dequantizer(volatile int& done, std::uint32_t reads, std::uint32_t writes,
+                                                     int writer_stores, int t, std::uint64_t* out) {
+  namespace ptx = prefill::ptx;
+  const long long start = clock64();
+  std::uint32_t passes = 0;
+  while (done == 0) {
+    uint4 w[3];
+#pragma unroll
+    for (int j = 0; j < 3; ++j) w[j] = ptx::ld_shared_v4_u32(reads + static_cast<std::uint32_t>(j * 128 + t) * 16u);
+    const std::uint32_t x = w[0].x ^ w[1].y ^ w[2].z ^ passes;
+    for (int j = 0; j < writer_stores; ++j) {
+      ptx::st_shared_v4_u32(writes + static_cast<std::uint32_t>(j * 128 + t) * 16u, x, w[0].y, w[1].z, w[2].w);
+    }
+    ++passes;
+  }
+  if (t == 0) {
+    out[1] = passes;
+    out[2] = static_cast<std::uint64_t>(clock64() - start);
+  }
+}
+
 #endif
 
 // Per SM, two consumer warpgroups issue commit groups of 4 m64n192k16 with A (64 activation rows
 // each) and B (192 weight rows, shared) from shared memory, one group in flight, while a third
-// warpgroup, if `writer_stores` > 0, stands in for the dequantizer and the copy engine: per pass
-// each of its threads loads 3 x 16 bytes (the packed weight) and stores `writer_stores` x 16
-// bytes (the dequantized tile: 12; with the copies' bytes too: 24) into a region nobody reads,
-// until the consumers are done. out[3 c] = the consumers' SM cycles, out[3 c + 1] = the writer's
-// passes, out[3 c + 2] = the writer's SM cycles.
+// warpgroup, if `writer_stores` > 0, stands in for the dequantizer and the copy engine
+// (`stand_in_dequantizer`; 12 stores: the dequantized tile, 24: with the copies' bytes too) until
+// the consumers are done. out[3 c] = the consumers' SM cycles, out[3 c + 1] = the writer's passes,
+// out[3 c + 2] = the writer's SM cycles.
 __global__ void __launch_bounds__(384, 1)
     shared_b_with_writes_kernel(int groups, int writer_stores, std::uint64_t* out, float* sink) {
 #if FP4GAP_PREFILL_SM90A
@@ -309,22 +333,7 @@ __global__ void __launch_bounds__(384, 1)
     }
     if (d[0] == 1.2345f) *sink = d[1];  // never: keeps the accumulators
   } else if (writer_stores > 0) {
-    const long long start = clock64();
-    std::uint32_t passes = 0;
-    while (done == 0) {
-      uint4 w[3];
-#pragma unroll
-      for (int j = 0; j < 3; ++j) w[j] = ptx::ld_shared_v4_u32(reads + static_cast<std::uint32_t>(j * 128 + t) * 16u);
-      const std::uint32_t x = w[0].x ^ w[1].y ^ w[2].z ^ passes;
-      for (int j = 0; j < writer_stores; ++j) {
-        ptx::st_shared_v4_u32(writes + static_cast<std::uint32_t>(j * 128 + t) * 16u, x, w[0].y, w[1].z, w[2].w);
-      }
-      ++passes;
-    }
-    if (t == 0) {
-      out[3 * blockIdx.x + 1] = passes;
-      out[3 * blockIdx.x + 2] = static_cast<std::uint64_t>(clock64() - start);
-    }
+    stand_in_dequantizer(done, reads, writes, writer_stores, t, out + 3 * blockIdx.x);
   }
 #else
   (void)groups, (void)writer_stores, (void)out, (void)sink;
@@ -423,26 +432,7 @@ __global__ void __launch_bounds__(384, 1)
   } else {
     // The CTA holds 168 x 384 registers from its launch: 2 x 128 x 216 + 128 x 72 = 64512.
     ptx::release_registers<72>();
-    if (writer_stores > 0) {
-      const long long start = clock64();
-      std::uint32_t passes = 0;
-      while (done == 0) {
-        uint4 w[3];
-#pragma unroll
-        for (int j = 0; j < 3; ++j) {
-          w[j] = ptx::ld_shared_v4_u32(reads + static_cast<std::uint32_t>(j * 128 + t) * 16u);
-        }
-        const std::uint32_t x = w[0].x ^ w[1].y ^ w[2].z ^ passes;
-        for (int j = 0; j < writer_stores; ++j) {
-          ptx::st_shared_v4_u32(writes + static_cast<std::uint32_t>(j * 128 + t) * 16u, x, w[0].y, w[1].z, w[2].w);
-        }
-        ++passes;
-      }
-      if (t == 0) {
-        out[3 * blockIdx.x + 1] = passes;
-        out[3 * blockIdx.x + 2] = static_cast<std::uint64_t>(clock64() - start);
-      }
-    }
+    if (writer_stores > 0) stand_in_dequantizer(done, reads, writes, writer_stores, t, out + 3 * blockIdx.x);
   }
 #else
   (void)groups, (void)writer_stores, (void)load_activations, (void)act, (void)act_rows, (void)k_blocks, (void)out,
@@ -453,6 +443,14 @@ __global__ void __launch_bounds__(384, 1)
 double median(std::vector<std::uint64_t> v) {
   std::sort(v.begin(), v.end());
   return static_cast<double>(v[v.size() / 2]);
+}
+
+// Medians over the CTAs of the writer kernels' outputs (3 per CTA): the consumers' cycles, the
+// writer's passes and its cycles.
+std::array<double, 3> consumer_writer_medians(const std::vector<std::uint64_t>& out) {
+  std::array<std::vector<std::uint64_t>, 3> columns;
+  for (std::size_t i = 0; i < out.size(); ++i) columns[i % 3].push_back(out[i]);
+  return {median(columns[0]), median(columns[1]), median(columns[2])};
 }
 
 TEST(TensorRate, DISABLED_RegisterAWgmmaAndMmaSync) {
@@ -530,13 +528,7 @@ TEST(TensorRate, DISABLED_SharedBWeightBesideDequantWrites) {
     CUDA_CHECK(cudaGetLastError());
     CUDA_CHECK(cudaDeviceSynchronize());
     const std::vector<std::uint64_t> o = out.download();
-    std::vector<std::uint64_t> cycles, passes, writer_cycles;
-    for (int c = 0; c < sms; ++c) {
-      cycles.push_back(o[3 * c]);
-      passes.push_back(o[3 * c + 1]);
-      writer_cycles.push_back(o[3 * c + 2]);
-    }
-    const double c = median(cycles), p = median(passes), wc = median(writer_cycles);
+    const auto [c, p, wc] = consumer_writer_medians(o);
     ASSERT_GT(c, 0.0) << stores;
     if (stores > 0) ASSERT_GT(p, 0.0) << stores;
     // 2 x 4 m64n192k16 per group, 96 SM cycles each at 2048 bf16 FMA per cycle.
@@ -580,13 +572,7 @@ TEST(TensorRate, DISABLED_ActivationInRegistersBesideDequantWrites) {
       CUDA_CHECK(cudaGetLastError());
       CUDA_CHECK(cudaDeviceSynchronize());
       const std::vector<std::uint64_t> o = out.download();
-      std::vector<std::uint64_t> cycles, passes, writer_cycles;
-      for (int c = 0; c < sms; ++c) {
-        cycles.push_back(o[3 * c]);
-        passes.push_back(o[3 * c + 1]);
-        writer_cycles.push_back(o[3 * c + 2]);
-      }
-      const double c = median(cycles), p = median(passes), wc = median(writer_cycles);
+      const auto [c, p, wc] = consumer_writer_medians(o);
       ASSERT_GT(c, 0.0) << stores;
       if (stores > 0) ASSERT_GT(p, 0.0) << stores;
       const double ideal = 2.0 * kStepsPerGroup * 96.0;

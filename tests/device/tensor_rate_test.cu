@@ -17,11 +17,14 @@
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/common.cuh"
 #include "cuda/prefill/prefill_ptx.cuh"
 #include "device_test_support.hpp"
+#include "fp4gap/decode.hpp"
+#include "fp4gap/prefill.hpp"
 #include "fp4gap/timing.hpp"
 
 namespace fp4gap::test {
@@ -440,6 +443,96 @@ __global__ void __launch_bounds__(384, 1)
 #endif
 }
 
+// The prefill consumers' main loop without its copies (KERNELS-prefill item 1f): per K block each
+// of WGS consumer warpgroups dequantizes its 64 weight rows' fragments from a packed chunk, as the
+// kernel does (decode::unpack_shuffled_word, scale_multipliers, multiply_pair), and issues 4
+// register-A m64n128k16 on a 128-row activation tile, IN_FLIGHT groups left in flight. The data
+// stay resident: kStages stages of activation tiles and chunks (two chunks, for a third
+// warpgroup's rows), cycled as the ring is, every stage and fragment buffer a constant. One CTA
+// of 128 x WGS threads per SM, so three warpgroups get 168 registers: the tile of item 1f, whose
+// copies an elected consumer would issue. cycles[c] = the SM cycles of `blocks` K blocks.
+template <int WGS, int IN_FLIGHT>
+__global__ void __launch_bounds__(128 * WGS, 1)
+    dequant_wgmma_loop_kernel(int blocks, std::uint64_t* cycles, float* sink) {
+#if FP4GAP_PREFILL_SM90A
+  namespace ptx = prefill::ptx;
+  using prefill::chunk_code_word_offset, prefill::chunk_scale_offset, prefill::kChunkBytes;
+  constexpr int kStages = 6;  // a multiple of both buffer counts, so one unrolled pass repeats
+  constexpr int kBuffers = IN_FLIGHT + 1;
+  constexpr std::uint32_t kActBytes = 128 * 128, kWgtBytes = 2 * kChunkBytes;
+  extern __shared__ std::uint8_t smem_raw[];
+  const std::uint32_t base = (ptx::smem_addr(smem_raw) + 1023u) & ~1023u;
+  const std::uint32_t act = base, wgt = base + kStages * kActBytes;
+  // 0x22 everywhere: e2m1 1.0 codes, finite multipliers and activations.
+  for (std::uint32_t i = threadIdx.x; i < kStages * (kActBytes + kWgtBytes) / 16; i += blockDim.x) {
+    ptx::st_shared_v4_u32(base + 16u * i, 0x22222222u, 0x22222222u, 0x22222222u, 0x22222222u);
+  }
+  ptx::fence_proxy_async();
+  __syncthreads();
+  const int warpgroup = static_cast<int>(threadIdx.x) / 128, tid = static_cast<int>(threadIdx.x) % 128;
+  const int row = 64 * (warpgroup % 2) + 16 * (tid / 32) + tid % 32 / 4;  // first fragment row in its chunk
+  const std::uint32_t chunk = wgt + static_cast<std::uint32_t>(warpgroup / 2 * kChunkBytes);
+  const std::uint32_t code_addr = chunk + chunk_code_word_offset(warpgroup % 2, tid, 0);
+  const std::uint32_t scale_addr = chunk + chunk_scale_offset(row, 0);
+  constexpr std::uint32_t kScaleRow8 = chunk_scale_offset(8, 0) - chunk_scale_offset(0, 0);
+  const std::uint64_t desc0 = ptx::sw128_kmajor_desc(act);
+  const std::uint32_t desc_lo = static_cast<std::uint32_t>(desc0);
+  const std::uint64_t desc_hi = desc0 & ~std::uint64_t{0xFFFFFFFFu};
+  float acc[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+  std::uint32_t frag[kBuffers][kStepsPerGroup][4];
+  auto issue_block = [&](auto stage, auto buffer) {
+    constexpr int stg = decltype(stage)::value, b = decltype(buffer)::value;
+    constexpr std::uint32_t wgt_stage = stg * kWgtBytes;
+    const uint4 codes = ptx::ld_shared_v4_u32(code_addr + wgt_stage);
+    const std::uint32_t words[kStepsPerGroup] = {codes.x, codes.y, codes.z, codes.w};
+    const std::uint32_t scales_lo = ptx::ld_shared_u32(scale_addr + wgt_stage);
+    const std::uint32_t scales_hi = ptx::ld_shared_u32(scale_addr + wgt_stage + kScaleRow8);
+    const std::uint32_t multipliers[2][2] = {{decode::scale_multipliers<decode::Math::w4a16>(scales_lo, 0),
+                                              decode::scale_multipliers<decode::Math::w4a16>(scales_lo, 1)},
+                                             {decode::scale_multipliers<decode::Math::w4a16>(scales_hi, 0),
+                                              decode::scale_multipliers<decode::Math::w4a16>(scales_hi, 1)}};
+#pragma unroll
+    for (int j = 0; j < kStepsPerGroup; ++j) {
+      std::uint32_t v[4];
+      decode::unpack_shuffled_word<decode::Math::w4a16>(words[j], v);
+      const std::uint32_t scale[2] = {decode::broadcast_half(multipliers[0][j % 2], j / 2),
+                                      decode::broadcast_half(multipliers[1][j % 2], j / 2)};
+#pragma unroll
+      for (int r = 0; r < 4; ++r) frag[b][j][r] = decode::multiply_pair<decode::Math::w4a16>(v[r], scale[r & 1]);
+    }
+    std::uint64_t desc[kStepsPerGroup];
+#pragma unroll
+    for (int j = 0; j < kStepsPerGroup; ++j) {
+      desc[j] = desc_hi | (desc_lo + stg * (kActBytes >> 4) + 2u * j);
+      ptx::fence_register(desc[j]);
+#pragma unroll
+      for (int r = 0; r < 4; ++r) ptx::fence_register(frag[b][j][r]);
+    }
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int j = 0; j < kStepsPerGroup; ++j) ptx::wgmma_m64n128k16_rs(acc, frag[b][j], desc[j]);
+    ptx::wgmma_commit();
+    ptx::wgmma_wait<IN_FLIGHT>();
+  };
+  const long long start = clock64();
+  for (int i = 0; i + kStages <= blocks; i += kStages) {
+    [&]<int... S>(std::integer_sequence<int, S...>) {
+      (issue_block(std::integral_constant<int, S>{}, std::integral_constant<int, S % kBuffers>{}), ...);
+    }(std::make_integer_sequence<int, kStages>{});
+  }
+  ptx::wgmma_wait<0>();
+#pragma unroll
+  for (int i = 0; i < 64; ++i) ptx::fence_register(acc[i]);
+  ptx::named_barrier(1, 128 * WGS);
+  if (threadIdx.x == 0) cycles[blockIdx.x] = static_cast<std::uint64_t>(clock64() - start);
+  if (acc[0] == 1.2345f) *sink = acc[1];  // never: keeps the accumulators
+#else
+  (void)blocks, (void)cycles, (void)sink;
+#endif
+}
+
 double median(std::vector<std::uint64_t> v) {
   std::sort(v.begin(), v.end());
   return static_cast<double>(v[v.size() / 2]);
@@ -583,6 +676,39 @@ TEST(TensorRate, DISABLED_ActivationInRegistersBesideDequantWrites) {
   };
   rows(std::integral_constant<int, 1>{});
   rows(std::integral_constant<int, 2>{});
+}
+
+// Diagnostic (disabled), not a test of speed: item 1f's premise (KERNELS-prefill, "Not done yet").
+// Run 107's tile of three consumer warpgroups (192 weight rows) compiled at 128 registers with a
+// producer warpgroup, kept one wgmma group in flight, and ran at m128's 77% of the tensor rate.
+// Without the producer warpgroup three consumer warpgroups get 168 registers. This times the
+// consumers' loop alone (no copies) with 2 or 3 warpgroups and 1 or 2 groups in flight, in SM
+// cycles per K block against the tensor cores' 256 per warpgroup; the m128 kernel's loop takes
+// ~638-685 in the kernel (runs 29, 45). Run by hand:
+//   fp4gap_device_tests --gtest_also_run_disabled_tests --gtest_filter='TensorRate.DISABLED_DequantizingConsumerLoop'
+TEST(TensorRate, DISABLED_DequantizingConsumerLoop) {
+  if (gpu().cc_major != 9) GTEST_SKIP() << "wgmma is sm_90a code";
+  const int sms = gpu().sm_count;
+  constexpr int kBlocks = 6 * 700;
+  cuda::DeviceBuffer<std::uint64_t> cycles(static_cast<std::size_t>(sms));
+  cuda::DeviceBuffer<float> sink(1);
+  const int smem = 6 * (128 * 128 + 2 * prefill::kChunkBytes) + 1024;
+  std::printf("%10s %9s | %15s %12s %12s\n", "warpgroups", "in flight", "cycles/K block", "tensor", "tensor rate");
+  auto row = [&]<int WGS, int IN_FLIGHT>(std::integral_constant<int, WGS>, std::integral_constant<int, IN_FLIGHT>) {
+    CUDA_CHECK(cudaFuncSetAttribute(dequant_wgmma_loop_kernel<WGS, IN_FLIGHT>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    cycles.fill_bytes(0);
+    dequant_wgmma_loop_kernel<WGS, IN_FLIGHT><<<sms, 128 * WGS, smem>>>(kBlocks, cycles.get(), sink.get());
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const double c = median(cycles.download()) / kBlocks;
+    ASSERT_GT(c, 0.0) << WGS << " " << IN_FLIGHT;
+    std::printf("%10d %9d | %15.1f %12d %11.0f%%\n", WGS, IN_FLIGHT, c, 256 * WGS, 100.0 * 256 * WGS / c);
+  };
+  row(std::integral_constant<int, 2>{}, std::integral_constant<int, 1>{});
+  row(std::integral_constant<int, 2>{}, std::integral_constant<int, 2>{});
+  row(std::integral_constant<int, 3>{}, std::integral_constant<int, 1>{});
+  row(std::integral_constant<int, 3>{}, std::integral_constant<int, 2>{});
 }
 
 // What wgmma_with_copies_kernel needs on every SM: 128 KB of source per CTA (all of them together

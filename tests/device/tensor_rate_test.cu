@@ -678,13 +678,13 @@ TEST(TensorRate, DISABLED_ActivationInRegistersBesideDequantWrites) {
   rows(std::integral_constant<int, 2>{});
 }
 
-// Diagnostic (disabled), not a test of speed: item 1f's premise (KERNELS-prefill, "Not done yet").
-// Run 107's tile of three consumer warpgroups (192 weight rows) compiled at 128 registers with a
-// producer warpgroup, kept one wgmma group in flight, and ran at m128's 77% of the tensor rate.
-// Without the producer warpgroup three consumer warpgroups get 168 registers. This times the
-// consumers' loop alone (no copies) with 2 or 3 warpgroups and 1 or 2 groups in flight, in SM
-// cycles per K block against the tensor cores' 256 per warpgroup; the m128 kernel's loop takes
-// ~638-685 in the kernel (runs 29, 45). Run by hand:
+// Diagnostic (disabled), not a test of speed: what the prefill consumers' own loop costs
+// (KERNELS-prefill item 1f). It times the loop alone (no copies) with 2 or 3 warpgroups and 1 or 2
+// groups in flight, in SM cycles per K block against the tensor cores' 256 per warpgroup; the
+// m128 kernel takes ~638-685 per K block with its copies (runs 29, 45), run 107's three-warpgroup
+// tile ~1000 for 768. Run 157 (an H100): 516-527 and 768, i.e. 97-100%: the dequantization hides
+// behind the wgmmas whatever the warpgroups, so the kernels lose their share beside the copies.
+// Run by hand:
 //   fp4gap_device_tests --gtest_also_run_disabled_tests --gtest_filter='TensorRate.DISABLED_DequantizingConsumerLoop'
 TEST(TensorRate, DISABLED_DequantizingConsumerLoop) {
   if (gpu().cc_major != 9) GTEST_SKIP() << "wgmma is sm_90a code";

@@ -449,27 +449,63 @@ __global__ void __launch_bounds__(384, 1)
 // register-A m64n128k16 on a 128-row activation tile, IN_FLIGHT groups left in flight. The data
 // stay resident: kStages stages of activation tiles and chunks (two chunks, for a third
 // warpgroup's rows), cycled as the ring is, every stage and fragment buffer a constant. One CTA
-// of 128 x WGS threads per SM, so three warpgroups get 168 registers: the tile of item 1f, whose
-// copies an elected consumer would issue. cycles[c] = the SM cycles of `blocks` K blocks.
-template <int WGS, int IN_FLIGHT>
-__global__ void __launch_bounds__(128 * WGS, 1)
-    dequant_wgmma_loop_kernel(int blocks, std::uint64_t* cycles, float* sink) {
+// per SM. FEED adds a producer warpgroup and the kernel's full / empty mbarrier protocol, its
+// thread 0 refilling each stage per K block by bulk copies from L2-resident sources laid out as a
+// GEMM's at 512 x (33 x 128 or 192) x 2048 reads them (`act_src`: 4 row tiles x 32 K blocks of
+// 16 KB, each read by the CTAs of its row; `wgt_src`: 33 column tiles x 32 K blocks of the
+// warpgroups' chunks, each read by 4 CTAs): 1 both, 2 the activation tiles only, 3 the weight
+// chunks only (the other stays resident). cycles[c] = the SM cycles of `blocks` K blocks.
+template <int WGS, int IN_FLIGHT, int FEED>
+__global__ void __launch_bounds__(128 * WGS + (FEED != 0 ? 128 : 0), 1)
+    dequant_wgmma_loop_kernel(int blocks, const std::uint8_t* act_src, const std::uint8_t* wgt_src,
+                              std::uint64_t* cycles, float* sink) {
 #if FP4GAP_PREFILL_SM90A
   namespace ptx = prefill::ptx;
   using prefill::chunk_code_word_offset, prefill::chunk_scale_offset, prefill::kChunkBytes;
   constexpr int kStages = 6;  // a multiple of both buffer counts, so one unrolled pass repeats
   constexpr int kBuffers = IN_FLIGHT + 1;
   constexpr std::uint32_t kActBytes = 128 * 128, kWgtBytes = 2 * kChunkBytes;
+  constexpr std::uint32_t kWgtCopyBytes = (WGS == 3 ? 2 : 1) * kChunkBytes;
+  constexpr int kSrcBlocks = 32;
   extern __shared__ std::uint8_t smem_raw[];
+  __shared__ alignas(8) std::uint64_t bars[2 * kStages];  // full, then empty
+  auto full_bar = [&](int st) { return ptx::smem_addr(&bars[st]); };
+  auto empty_bar = [&](int st) { return ptx::smem_addr(&bars[kStages + st]); };
   const std::uint32_t base = (ptx::smem_addr(smem_raw) + 1023u) & ~1023u;
   const std::uint32_t act = base, wgt = base + kStages * kActBytes;
   // 0x22 everywhere: e2m1 1.0 codes, finite multipliers and activations.
   for (std::uint32_t i = threadIdx.x; i < kStages * (kActBytes + kWgtBytes) / 16; i += blockDim.x) {
     ptx::st_shared_v4_u32(base + 16u * i, 0x22222222u, 0x22222222u, 0x22222222u, 0x22222222u);
   }
+  if (threadIdx.x == 0) {
+    for (int st = 0; st < kStages; ++st) {
+      ptx::mbarrier_init(full_bar(st), 1);
+      ptx::mbarrier_init(empty_bar(st), 4 * WGS);
+    }
+    ptx::fence_barrier_init();
+  }
   ptx::fence_proxy_async();
   __syncthreads();
   const int warpgroup = static_cast<int>(threadIdx.x) / 128, tid = static_cast<int>(threadIdx.x) % 128;
+  if (warpgroup == WGS) {  // the producer warpgroup (FEED only)
+    if (tid != 0) return;
+    const std::uint8_t* act_tiles = act_src + static_cast<std::size_t>(blockIdx.x % 4) * kSrcBlocks * kActBytes;
+    const std::uint8_t* wgt_chunks = wgt_src + static_cast<std::size_t>(blockIdx.x / 4) * kSrcBlocks * kWgtCopyBytes;
+    for (int b = 0; b < blocks; ++b) {
+      const int st = b % kStages;
+      if (b >= kStages) ptx::mbarrier_wait(empty_bar(st), static_cast<std::uint32_t>(b / kStages - 1) & 1u);
+      ptx::mbarrier_arrive_expect_tx(full_bar(st), (FEED != 3 ? kActBytes : 0u) + (FEED != 2 ? kWgtCopyBytes : 0u));
+      if (FEED != 3) {
+        ptx::bulk_load(act + st * kActBytes, act_tiles + static_cast<std::size_t>(b % kSrcBlocks) * kActBytes,
+                       kActBytes, full_bar(st));
+      }
+      if (FEED != 2) {
+        ptx::bulk_load(wgt + st * kWgtBytes, wgt_chunks + static_cast<std::size_t>(b % kSrcBlocks) * kWgtCopyBytes,
+                       kWgtCopyBytes, full_bar(st));
+      }
+    }
+    return;
+  }
   const int row = 64 * (warpgroup % 2) + 16 * (tid / 32) + tid % 32 / 4;  // first fragment row in its chunk
   const std::uint32_t chunk = wgt + static_cast<std::uint32_t>(warpgroup / 2 * kChunkBytes);
   const std::uint32_t code_addr = chunk + chunk_code_word_offset(warpgroup % 2, tid, 0);
@@ -482,9 +518,10 @@ __global__ void __launch_bounds__(128 * WGS, 1)
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
   std::uint32_t frag[kBuffers][kStepsPerGroup][4];
-  auto issue_block = [&](auto stage, auto buffer) {
+  auto issue_block = [&](auto stage, auto buffer, int block) {
     constexpr int stg = decltype(stage)::value, b = decltype(buffer)::value;
     constexpr std::uint32_t wgt_stage = stg * kWgtBytes;
+    if constexpr (FEED != 0) ptx::mbarrier_wait(full_bar(stg), static_cast<std::uint32_t>(block / kStages) & 1u);
     const uint4 codes = ptx::ld_shared_v4_u32(code_addr + wgt_stage);
     const std::uint32_t words[kStepsPerGroup] = {codes.x, codes.y, codes.z, codes.w};
     const std::uint32_t scales_lo = ptx::ld_shared_u32(scale_addr + wgt_stage);
@@ -515,11 +552,15 @@ __global__ void __launch_bounds__(128 * WGS, 1)
     for (int j = 0; j < kStepsPerGroup; ++j) ptx::wgmma_m64n128k16_rs(acc, frag[b][j], desc[j]);
     ptx::wgmma_commit();
     ptx::wgmma_wait<IN_FLIGHT>();
+    // Block `block - IN_FLIGHT` is complete: each warp releases its stage.
+    if (FEED != 0 && block >= IN_FLIGHT && tid % 32 == 0) {
+      ptx::mbarrier_arrive(empty_bar((stg + kStages - IN_FLIGHT) % kStages));
+    }
   };
   const long long start = clock64();
   for (int i = 0; i + kStages <= blocks; i += kStages) {
     [&]<int... S>(std::integer_sequence<int, S...>) {
-      (issue_block(std::integral_constant<int, S>{}, std::integral_constant<int, S % kBuffers>{}), ...);
+      (issue_block(std::integral_constant<int, S>{}, std::integral_constant<int, S % kBuffers>{}, i + S), ...);
     }(std::make_integer_sequence<int, kStages>{});
   }
   ptx::wgmma_wait<0>();
@@ -529,7 +570,7 @@ __global__ void __launch_bounds__(128 * WGS, 1)
   if (threadIdx.x == 0) cycles[blockIdx.x] = static_cast<std::uint64_t>(clock64() - start);
   if (acc[0] == 1.2345f) *sink = acc[1];  // never: keeps the accumulators
 #else
-  (void)blocks, (void)cycles, (void)sink;
+  (void)blocks, (void)act_src, (void)wgt_src, (void)cycles, (void)sink;
 #endif
 }
 
@@ -690,25 +731,44 @@ TEST(TensorRate, DISABLED_DequantizingConsumerLoop) {
   if (gpu().cc_major != 9) GTEST_SKIP() << "wgmma is sm_90a code";
   const int sms = gpu().sm_count;
   constexpr int kBlocks = 6 * 700;
+  constexpr std::size_t kActTile = 128 * 128, kSrcBlocks = 32;
   cuda::DeviceBuffer<std::uint64_t> cycles(static_cast<std::size_t>(sms));
   cuda::DeviceBuffer<float> sink(1);
+  cuda::DeviceBuffer<std::uint8_t> act_src(4 * kSrcBlocks * kActTile);
+  cuda::DeviceBuffer<std::uint8_t> wgt_src(static_cast<std::size_t>((sms + 3) / 4) * kSrcBlocks * 2 *
+                                           prefill::kChunkBytes);
+  act_src.fill_bytes(0x22);
+  wgt_src.fill_bytes(0x22);
   const int smem = 6 * (128 * 128 + 2 * prefill::kChunkBytes) + 1024;
-  std::printf("%10s %9s | %15s %12s %12s\n", "warpgroups", "in flight", "cycles/K block", "tensor", "tensor rate");
-  auto row = [&]<int WGS, int IN_FLIGHT>(std::integral_constant<int, WGS>, std::integral_constant<int, IN_FLIGHT>) {
-    CUDA_CHECK(cudaFuncSetAttribute(dequant_wgmma_loop_kernel<WGS, IN_FLIGHT>,
+  constexpr const char* kFeeds[] = {"none", "both", "act", "weight"};
+  std::printf("%10s %9s %7s | %15s %12s %12s\n", "warpgroups", "in flight", "copies", "cycles/K block", "tensor",
+              "tensor rate");
+  auto row = [&]<int WGS, int IN_FLIGHT, int FEED>(std::integral_constant<int, WGS>,
+                                                   std::integral_constant<int, IN_FLIGHT>,
+                                                   std::integral_constant<int, FEED>) {
+    CUDA_CHECK(cudaFuncSetAttribute(dequant_wgmma_loop_kernel<WGS, IN_FLIGHT, FEED>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     cycles.fill_bytes(0);
-    dequant_wgmma_loop_kernel<WGS, IN_FLIGHT><<<sms, 128 * WGS, smem>>>(kBlocks, cycles.get(), sink.get());
+    dequant_wgmma_loop_kernel<WGS, IN_FLIGHT, FEED><<<sms, 128 * WGS + (FEED != 0 ? 128 : 0), smem>>>(
+        kBlocks, act_src.get(), wgt_src.get(), cycles.get(), sink.get());
     CUDA_CHECK(cudaGetLastError());
     CUDA_CHECK(cudaDeviceSynchronize());
     const double c = median(cycles.download()) / kBlocks;
-    ASSERT_GT(c, 0.0) << WGS << " " << IN_FLIGHT;
-    std::printf("%10d %9d | %15.1f %12d %11.0f%%\n", WGS, IN_FLIGHT, c, 256 * WGS, 100.0 * 256 * WGS / c);
+    ASSERT_GT(c, 0.0) << WGS << " " << IN_FLIGHT << " " << FEED;
+    std::printf("%10d %9d %7s | %15.1f %12d %11.0f%%\n", WGS, IN_FLIGHT, kFeeds[FEED], c, 256 * WGS,
+                100.0 * 256 * WGS / c);
   };
-  row(std::integral_constant<int, 2>{}, std::integral_constant<int, 1>{});
-  row(std::integral_constant<int, 2>{}, std::integral_constant<int, 2>{});
-  row(std::integral_constant<int, 3>{}, std::integral_constant<int, 1>{});
-  row(std::integral_constant<int, 3>{}, std::integral_constant<int, 2>{});
+  using std::integral_constant;
+  row(integral_constant<int, 2>{}, integral_constant<int, 2>{}, integral_constant<int, 0>{});
+  row(integral_constant<int, 3>{}, integral_constant<int, 2>{}, integral_constant<int, 0>{});
+  auto feeds = [&](auto wgs) {
+    row(wgs, integral_constant<int, 1>{}, integral_constant<int, 0>{});
+    row(wgs, integral_constant<int, 1>{}, integral_constant<int, 1>{});
+    row(wgs, integral_constant<int, 1>{}, integral_constant<int, 2>{});
+    row(wgs, integral_constant<int, 1>{}, integral_constant<int, 3>{});
+  };
+  feeds(integral_constant<int, 2>{});
+  feeds(integral_constant<int, 3>{});
 }
 
 // What wgmma_with_copies_kernel needs on every SM: 128 KB of source per CTA (all of them together

@@ -457,17 +457,18 @@ __global__ void __launch_bounds__(384, 1)
 // chunks only (the other stays resident). HOIST (with FEED): each warpgroup waits for the next K
 // block's stage and loads its code and scale words right after committing a group, before it
 // waits for the previous group, instead of after. cycles[c] = the SM cycles of `blocks` K blocks.
-template <int WGS, int IN_FLIGHT, int FEED, bool HOIST = false>
+template <int WGS, int IN_FLIGHT, int FEED, bool HOIST = false, int STAGES = 6>
 __global__ void __launch_bounds__(128 * WGS + (FEED != 0 ? 128 : 0), 1)
     dequant_wgmma_loop_kernel(int blocks, const std::uint8_t* act_src, const std::uint8_t* wgt_src,
                               std::uint64_t* cycles, float* sink) {
 #if FP4GAP_PREFILL_SM90A
   namespace ptx = prefill::ptx;
   using prefill::chunk_code_word_offset, prefill::chunk_scale_offset, prefill::kChunkBytes;
-  constexpr int kStages = 6;  // a multiple of both buffer counts, so one unrolled pass repeats
+  constexpr int kStages = STAGES;  // a multiple of the buffer count, so one unrolled pass repeats
   constexpr int kBuffers = IN_FLIGHT + 1;
-  constexpr std::uint32_t kActBytes = 128 * 128, kWgtBytes = 2 * kChunkBytes;
-  constexpr std::uint32_t kWgtCopyBytes = (WGS == 3 ? 2 : 1) * kChunkBytes;
+  static_assert(kStages % kBuffers == 0);
+  constexpr std::uint32_t kActBytes = 128 * 128, kWgtBytes = (WGS == 3 ? 2 : 1) * kChunkBytes;
+  constexpr std::uint32_t kWgtCopyBytes = kWgtBytes;
   constexpr int kSrcBlocks = 32;
   extern __shared__ std::uint8_t smem_raw[];
   __shared__ alignas(8) std::uint64_t bars[2 * kStages];  // full, then empty
@@ -759,24 +760,29 @@ TEST(TensorRate, DISABLED_DequantizingConsumerLoop) {
                                            prefill::kChunkBytes);
   act_src.fill_bytes(0x22);
   wgt_src.fill_bytes(0x22);
-  const int smem = 6 * (128 * 128 + 2 * prefill::kChunkBytes) + 1024;
+  auto smem_bytes = [](int wgs, int stages) {
+    return stages * (128 * 128 + (wgs == 3 ? 2 : 1) * prefill::kChunkBytes) + 1024;
+  };
   constexpr const char* kFeeds[] = {"none", "both", "act", "weight"};
-  std::printf("%10s %9s %7s %6s | %15s %12s %12s\n", "warpgroups", "in flight", "copies", "hoist", "cycles/K block",
-              "tensor", "tensor rate");
-  auto row = [&]<int WGS, int IN_FLIGHT, int FEED, bool HOIST = false>(
+  std::printf("%10s %9s %7s %6s %7s | %15s %12s %12s\n", "warpgroups", "in flight", "copies", "hoist", "stages",
+              "cycles/K block", "tensor", "tensor rate");
+  auto row = [&]<int WGS, int IN_FLIGHT, int FEED, bool HOIST = false, int STAGES = 6>(
                  std::integral_constant<int, WGS>, std::integral_constant<int, IN_FLIGHT>,
-                 std::integral_constant<int, FEED>, std::bool_constant<HOIST> = {}) {
-    CUDA_CHECK(cudaFuncSetAttribute(dequant_wgmma_loop_kernel<WGS, IN_FLIGHT, FEED, HOIST>,
+                 std::integral_constant<int, FEED>, std::bool_constant<HOIST> = {},
+                 std::integral_constant<int, STAGES> = {}) {
+    const int smem = smem_bytes(WGS, STAGES);
+    CUDA_CHECK(cudaFuncSetAttribute(dequant_wgmma_loop_kernel<WGS, IN_FLIGHT, FEED, HOIST, STAGES>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     cycles.fill_bytes(0);
-    dequant_wgmma_loop_kernel<WGS, IN_FLIGHT, FEED, HOIST><<<sms, 128 * WGS + (FEED != 0 ? 128 : 0), smem>>>(
-        kBlocks, act_src.get(), wgt_src.get(), cycles.get(), sink.get());
+    dequant_wgmma_loop_kernel<WGS, IN_FLIGHT, FEED, HOIST, STAGES>
+        <<<sms, 128 * WGS + (FEED != 0 ? 128 : 0), smem>>>(kBlocks, act_src.get(), wgt_src.get(), cycles.get(),
+                                                           sink.get());
     CUDA_CHECK(cudaGetLastError());
     CUDA_CHECK(cudaDeviceSynchronize());
     const double c = median(cycles.download()) / kBlocks;
     ASSERT_GT(c, 0.0) << WGS << " " << IN_FLIGHT << " " << FEED;
-    std::printf("%10d %9d %7s %6s | %15.1f %12d %11.0f%%\n", WGS, IN_FLIGHT, kFeeds[FEED], HOIST ? "yes" : "no", c,
-                256 * WGS, 100.0 * 256 * WGS / c);
+    std::printf("%10d %9d %7s %6s %7d | %15.1f %12d %11.0f%%\n", WGS, IN_FLIGHT, kFeeds[FEED], HOIST ? "yes" : "no",
+                STAGES, c, 256 * WGS, 100.0 * 256 * WGS / c);
   };
   using std::integral_constant;
   row(integral_constant<int, 2>{}, integral_constant<int, 2>{}, integral_constant<int, 0>{});
@@ -792,6 +798,13 @@ TEST(TensorRate, DISABLED_DequantizingConsumerLoop) {
   // Two groups in flight beside the copies would compile with serialized wgmmas (C7513), so not here.
   row(integral_constant<int, 2>{}, integral_constant<int, 1>{}, integral_constant<int, 1>{}, std::true_type{});
   row(integral_constant<int, 3>{}, integral_constant<int, 1>{}, integral_constant<int, 1>{}, std::true_type{});
+  // A deeper ring: whether the copies' round trip, not their bytes, sets the pace.
+  row(integral_constant<int, 2>{}, integral_constant<int, 1>{}, integral_constant<int, 1>{}, std::false_type{},
+      integral_constant<int, 8>{});
+  row(integral_constant<int, 2>{}, integral_constant<int, 1>{}, integral_constant<int, 3>{}, std::false_type{},
+      integral_constant<int, 8>{});
+  row(integral_constant<int, 3>{}, integral_constant<int, 1>{}, integral_constant<int, 1>{}, std::false_type{},
+      integral_constant<int, 8>{});
 }
 
 // What wgmma_with_copies_kernel needs on every SM: 128 KB of source per CTA (all of them together

@@ -745,7 +745,9 @@ TEST(TensorRate, DISABLED_ActivationInRegistersBesideDequantWrites) {
 // groups in flight, in SM cycles per K block against the tensor cores' 256 per warpgroup; the
 // m128 kernel takes ~638-685 per K block with its copies (runs 29, 45), run 107's three-warpgroup
 // tile ~1000 for 768. Run 157 (an H100): 516-527 and 768, i.e. 97-100%: the dequantization hides
-// behind the wgmmas whatever the warpgroups, so the kernels lose their share beside the copies.
+// behind the wgmmas whatever the warpgroups. Fed by a producer warpgroup (runs 157d-158) the loop
+// loses 15-22% at 6 stages whatever the copies carry, and less with 8: the ring's depth against the
+// copies' round trip.
 // Run by hand:
 //   fp4gap_device_tests --gtest_also_run_disabled_tests --gtest_filter='TensorRate.DISABLED_DequantizingConsumerLoop'
 TEST(TensorRate, DISABLED_DequantizingConsumerLoop) {

@@ -262,6 +262,7 @@ __device__ __forceinline__ void wgmma_m64n192k16_rs(float (&d)[96], const std::u
         "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
 }
+
 // The stand-in for a dequantizing warpgroup (and the copy engine) of the kernels below: per pass
 // thread t loads 3 x 16 bytes (the packed weight) and stores `writer_stores` x 16 bytes into a
 // region nobody reads, until the consumers set `done`. out[1] = its passes, out[2] = its SM cycles.
@@ -350,8 +351,9 @@ __global__ void __launch_bounds__(384, 1)
 // four lanes covering a row's 128 bytes (so the kernel would permute K inside a block, as the
 // weight's offline layout can, to match the fragment). Loads run kAhead K blocks ahead, into staging
 // registers that the consumers, raised to 216 registers by setmaxnreg, move into a fragment set
-// before the fence; with `load_activations` false they reuse the first blocks. Activation rows are the CTA's 128 of `act` (act_rows x k_blocks x 128 bytes,
-// L2-resident as in a GEMM whose weight columns share them). out as shared_b_with_writes_kernel's.
+// before the fence; with `load_activations` false they reuse the first blocks. Activation rows are
+// the CTA's 128 of `act` (act_rows x k_blocks x 128 bytes, L2-resident as in a GEMM whose weight
+// columns share them). out as shared_b_with_writes_kernel's.
 template <int kAhead>
 __global__ void __launch_bounds__(384, 1)
     register_a_activation_with_writes_kernel(int groups, int writer_stores, bool load_activations, const uint4* act,
@@ -447,8 +449,8 @@ __global__ void __launch_bounds__(384, 1)
 // of WGS consumer warpgroups dequantizes its 64 weight rows' fragments from a packed chunk, as the
 // kernel does (decode::unpack_shuffled_word, scale_multipliers, multiply_pair), and issues 4
 // register-A m64n128k16 on a 128-row activation tile, IN_FLIGHT groups left in flight. The data
-// stay resident: kStages stages of activation tiles and chunks (two chunks, for a third
-// warpgroup's rows), cycled as the ring is, every stage and fragment buffer a constant. One CTA
+// stay resident: kStages stages of an activation tile and the chunks (one per two warpgroups),
+// cycled as the ring is, every stage and fragment buffer a constant. One CTA
 // per SM. FEED adds a producer warpgroup and the kernel's full / empty mbarrier protocol, its
 // thread 0 refilling each stage per K block by bulk copies from L2-resident sources laid out as a
 // GEMM's at 512 x (33 x 128 or 192) x 2048 reads them (`act_src`: 4 row tiles x 32 K blocks of
@@ -468,7 +470,6 @@ __global__ void __launch_bounds__(128 * WGS + (FEED != 0 ? 128 : 0), 1)
   constexpr int kBuffers = IN_FLIGHT + 1;
   static_assert(kStages % kBuffers == 0);
   constexpr std::uint32_t kActBytes = 128 * 128, kWgtBytes = (WGS == 3 ? 2 : 1) * kChunkBytes;
-  constexpr std::uint32_t kWgtCopyBytes = kWgtBytes;
   constexpr int kSrcBlocks = 32;
   extern __shared__ std::uint8_t smem_raw[];
   __shared__ alignas(8) std::uint64_t bars[2 * kStages];  // full, then empty
@@ -493,18 +494,18 @@ __global__ void __launch_bounds__(128 * WGS + (FEED != 0 ? 128 : 0), 1)
   if (warpgroup == WGS) {  // the producer warpgroup (FEED only)
     if (tid != 0) return;
     const std::uint8_t* act_tiles = act_src + static_cast<std::size_t>(blockIdx.x % 4) * kSrcBlocks * kActBytes;
-    const std::uint8_t* wgt_chunks = wgt_src + static_cast<std::size_t>(blockIdx.x / 4) * kSrcBlocks * kWgtCopyBytes;
+    const std::uint8_t* wgt_chunks = wgt_src + static_cast<std::size_t>(blockIdx.x / 4) * kSrcBlocks * kWgtBytes;
     for (int b = 0; b < blocks; ++b) {
       const int st = b % kStages;
       if (b >= kStages) ptx::mbarrier_wait(empty_bar(st), static_cast<std::uint32_t>(b / kStages - 1) & 1u);
-      ptx::mbarrier_arrive_expect_tx(full_bar(st), (FEED != 3 ? kActBytes : 0u) + (FEED != 2 ? kWgtCopyBytes : 0u));
+      ptx::mbarrier_arrive_expect_tx(full_bar(st), (FEED != 3 ? kActBytes : 0u) + (FEED != 2 ? kWgtBytes : 0u));
       if (FEED != 3) {
         ptx::bulk_load(act + st * kActBytes, act_tiles + static_cast<std::size_t>(b % kSrcBlocks) * kActBytes,
                        kActBytes, full_bar(st));
       }
       if (FEED != 2) {
-        ptx::bulk_load(wgt + st * kWgtBytes, wgt_chunks + static_cast<std::size_t>(b % kSrcBlocks) * kWgtCopyBytes,
-                       kWgtCopyBytes, full_bar(st));
+        ptx::bulk_load(wgt + st * kWgtBytes, wgt_chunks + static_cast<std::size_t>(b % kSrcBlocks) * kWgtBytes,
+                       kWgtBytes, full_bar(st));
       }
     }
     return;

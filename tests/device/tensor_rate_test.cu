@@ -445,13 +445,12 @@ __global__ void __launch_bounds__(384, 1)
 #endif
 }
 
-// The prefill consumers' main loop without its copies (KERNELS-prefill item 1f): per K block each
+// The prefill consumers' main loop (KERNELS-prefill items 1 and 1f): per K block each
 // of WGS consumer warpgroups dequantizes its 64 weight rows' fragments from a packed chunk, as the
 // kernel does (decode::unpack_shuffled_word, scale_multipliers, multiply_pair), and issues 4
 // register-A m64n128k16 on a 128-row activation tile, IN_FLIGHT groups left in flight. The data
 // stay resident: kStages stages of an activation tile and the chunks (one per two warpgroups),
-// cycled as the ring is, every stage and fragment buffer a constant. One CTA
-// per SM. FEED adds a producer warpgroup and the kernel's full / empty mbarrier protocol, its
+// cycled as the ring is, every stage and fragment buffer a constant. One CTA per SM. FEED adds a producer warpgroup and the kernel's full / empty mbarrier protocol, its
 // thread 0 refilling each stage per K block by bulk copies from L2-resident sources laid out as a
 // GEMM's at 512 x (33 x 128 or 192) x 2048 reads them (`act_src`: 4 row tiles x 32 K blocks of
 // 16 KB, each read by the CTAs of its row; `wgt_src`: 33 column tiles x 32 K blocks of the
@@ -742,14 +741,14 @@ TEST(TensorRate, DISABLED_ActivationInRegistersBesideDequantWrites) {
 }
 
 // Diagnostic (disabled), not a test of speed: what the prefill consumers' own loop costs
-// (KERNELS-prefill item 1f). It times the loop alone (no copies) with 2 or 3 warpgroups and 1 or 2
-// groups in flight, in SM cycles per K block against the tensor cores' 256 per warpgroup; the
-// m128 kernel takes ~638-685 per K block with its copies (runs 29, 45), run 107's three-warpgroup
-// tile ~1000 for 768. Run 157 (an H100): 516-527 and 768, i.e. 97-100%: the dequantization hides
-// behind the wgmmas whatever the warpgroups. Fed by a producer warpgroup (runs 157d-158) the loop
-// loses 15-22% at 6 stages whatever the copies carry, and less with 8: the ring's depth against the
-// copies' round trip.
-// Run by hand:
+// (KERNELS-prefill items 1 and 1f), in SM cycles per K block against the tensor cores' 256 per
+// warpgroup: with 2 or 3 warpgroups and 1 or 2 groups in flight on resident data, then fed by a
+// producer warpgroup (both operands, either one), with the next block's wait hoisted, and on 8
+// stages instead of 6. The m128 kernel takes ~638-685 per K block (runs 29, 45), run 107's
+// three-warpgroup tile ~1000 for 768. Runs 157-158 (an H100): 516-548 and 768 on resident data
+// (the dequantization hides behind the wgmmas); fed, 15-22% more at 6 stages whatever the copies
+// carry, hoisting changes nothing, 8 stages take 8-9% off: the ring's depth against the copies'
+// round trip. Run by hand:
 //   fp4gap_device_tests --gtest_also_run_disabled_tests --gtest_filter='TensorRate.DISABLED_DequantizingConsumerLoop'
 TEST(TensorRate, DISABLED_DequantizingConsumerLoop) {
   if (gpu().cc_major != 9) GTEST_SKIP() << "wgmma is sm_90a code";

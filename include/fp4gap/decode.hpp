@@ -223,6 +223,31 @@ FP4GAP_HD std::uint32_t multiply_pair(std::uint32_t a, std::uint32_t b) {
 #endif
 }
 
+// One K block of a prefill register-A fragment (src/cuda/prefill): step j's 4 registers from the
+// shuffled word words[j], each multiplied by its row's scale of block j (row r0's scale bytes in
+// scales_lo, row r0 + 8's in scales_hi, as prefill::pack_weights lays them out).
+template <Math M>
+FP4GAP_HD void dequant_block_fragments(const std::uint32_t (&words)[4], std::uint32_t scales_lo,
+                                       std::uint32_t scales_hi, std::uint32_t (&frag)[4][4]) {
+  // Step j's multipliers for rows r0 and r0 + 8: half j / 2 of [row][j % 2].
+  const std::uint32_t multipliers[2][2] = {{scale_multipliers<M>(scales_lo, 0), scale_multipliers<M>(scales_lo, 1)},
+                                           {scale_multipliers<M>(scales_hi, 0), scale_multipliers<M>(scales_hi, 1)}};
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int j = 0; j < 4; ++j) {
+    // Step j's codes (e2m1 * 2^-126) times its rows' scale multipliers.
+    std::uint32_t v[4];
+    unpack_shuffled_word<M>(words[j], v);
+    const std::uint32_t scale[2] = {broadcast_half(multipliers[0][j % 2], j / 2),
+                                    broadcast_half(multipliers[1][j % 2], j / 2)};
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int r = 0; r < 4; ++r) frag[j][r] = multiply_pair<M>(v[r], scale[r & 1]);
+  }
+}
+
 // ---- Pre-shuffled weight layout ----
 //
 // Tiles of 16 rows (rows >= N zero), windows of 128 columns (columns >= K zero).

@@ -446,9 +446,9 @@ __global__ void __launch_bounds__(384, 1)
 }
 
 // The prefill consumers' main loop (KERNELS-prefill items 1 and 1f): per K block each
-// of WGS consumer warpgroups dequantizes its 64 weight rows' fragments from a packed chunk, as the
-// kernel does (decode::unpack_shuffled_word, scale_multipliers, multiply_pair), and issues 4
-// register-A m64n128k16 on a 128-row activation tile, IN_FLIGHT groups left in flight. The data
+// of WGS consumer warpgroups dequantizes its 64 weight rows' fragments from a packed chunk with the
+// kernel's decode::dequant_block_fragments, and issues 4 register-A m64n128k16 on a 128-row
+// activation tile, IN_FLIGHT groups left in flight. The data
 // stay resident: kStages stages of an activation tile and the chunks (one per two warpgroups),
 // cycled as the ring is, every stage and fragment buffer a constant. One CTA per SM. FEED adds a producer warpgroup and the kernel's full / empty mbarrier protocol, its
 // thread 0 refilling each stage per K block by bulk copies from L2-resident sources laid out as a
@@ -544,19 +544,7 @@ __global__ void __launch_bounds__(128 * WGS + (FEED != 0 ? 128 : 0), 1)
       scales_hi = ptx::ld_shared_u32(scale_addr + wgt_stage + kScaleRow8);
     }
     const std::uint32_t words[kStepsPerGroup] = {codes.x, codes.y, codes.z, codes.w};
-    const std::uint32_t multipliers[2][2] = {{decode::scale_multipliers<decode::Math::w4a16>(scales_lo, 0),
-                                              decode::scale_multipliers<decode::Math::w4a16>(scales_lo, 1)},
-                                             {decode::scale_multipliers<decode::Math::w4a16>(scales_hi, 0),
-                                              decode::scale_multipliers<decode::Math::w4a16>(scales_hi, 1)}};
-#pragma unroll
-    for (int j = 0; j < kStepsPerGroup; ++j) {
-      std::uint32_t v[4];
-      decode::unpack_shuffled_word<decode::Math::w4a16>(words[j], v);
-      const std::uint32_t scale[2] = {decode::broadcast_half(multipliers[0][j % 2], j / 2),
-                                      decode::broadcast_half(multipliers[1][j % 2], j / 2)};
-#pragma unroll
-      for (int r = 0; r < 4; ++r) frag[b][j][r] = decode::multiply_pair<decode::Math::w4a16>(v[r], scale[r & 1]);
-    }
+    decode::dequant_block_fragments<decode::Math::w4a16>(words, scales_lo, scales_hi, frag[b]);
     std::uint64_t desc[kStepsPerGroup];
 #pragma unroll
     for (int j = 0; j < kStepsPerGroup; ++j) {

@@ -418,22 +418,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
       words[0] = codes.x, words[1] = codes.y, words[2] = codes.z, words[3] = codes.w;
       const std::uint32_t scales_lo = ptx::ld_shared_u32(scale_addr + wgt_stage);
       const std::uint32_t scales_hi = ptx::ld_shared_u32(scale_addr + wgt_stage + kScaleRow8);
-      // Step j's multipliers (scale * 2^119) for rows r0 and r1: half j / 2 of [row][j % 2].
-      const std::uint32_t multipliers[2][2] = {
-          {decode::scale_multipliers<decode::Math::w4a16>(scales_lo, 0),
-           decode::scale_multipliers<decode::Math::w4a16>(scales_lo, 1)},
-          {decode::scale_multipliers<decode::Math::w4a16>(scales_hi, 0),
-           decode::scale_multipliers<decode::Math::w4a16>(scales_hi, 1)}};
-#pragma unroll
-      for (int j = 0; j < kSteps; ++j) {
-        // Step j's codes (e2m1 * 2^-126) times its rows' scale multipliers.
-        std::uint32_t v[4];
-        decode::unpack_shuffled_word<decode::Math::w4a16>(words[j], v);
-        const std::uint32_t scale[2] = {decode::broadcast_half(multipliers[0][j % 2], j / 2),
-                                        decode::broadcast_half(multipliers[1][j % 2], j / 2)};
-#pragma unroll
-        for (int r = 0; r < 4; ++r) frag[b][j][r] = decode::multiply_pair<decode::Math::w4a16>(v[r], scale[r & 1]);
-      }
+      decode::dequant_block_fragments<decode::Math::w4a16>(words, scales_lo, scales_hi, frag[b]);
       // Every wgmma input (fragments, descriptors) is pinned before the fence: the compiler would
       // otherwise sink its computation between the wgmmas, and ptxas then serializes the group
       // (warning C7513). Step j reads 32 bytes further along the 128-byte row.

@@ -445,6 +445,16 @@ __global__ void __launch_bounds__(384, 1)
 #endif
 }
 
+// What dequant_wgmma_loop_kernel and its test share: sources of kRowTiles row tiles (M = 512) by
+// kSrcBlocks K blocks (K = 2048), and per stage an activation tile and the warpgroups' chunks.
+struct ConsumerLoopLayout {
+  static constexpr int kRowTiles = 4, kSrcBlocks = 32;
+  static constexpr std::uint32_t kActBytes = 128 * 128;
+  __host__ __device__ static constexpr std::uint32_t weight_bytes(int wgs) {
+    return (wgs == 3 ? 2u : 1u) * prefill::kChunkBytes;
+  }
+};
+
 // The prefill consumers' main loop (KERNELS-prefill items 1 and 1f): per K block each
 // of WGS consumer warpgroups dequantizes its 64 weight rows' fragments from a packed chunk with the
 // kernel's decode::dequant_block_fragments, and issues 4 register-A m64n128k16 on a 128-row
@@ -468,8 +478,9 @@ __global__ void __launch_bounds__(128 * WGS + (FEED != 0 ? 128 : 0), 1)
   constexpr int kStages = STAGES;  // a multiple of the buffer count, so one unrolled pass repeats
   constexpr int kBuffers = IN_FLIGHT + 1;
   static_assert(kStages % kBuffers == 0);
-  constexpr std::uint32_t kActBytes = 128 * 128, kWgtBytes = (WGS == 3 ? 2 : 1) * kChunkBytes;
-  constexpr int kSrcBlocks = 32;
+  constexpr std::uint32_t kActBytes = ConsumerLoopLayout::kActBytes;
+  constexpr std::uint32_t kWgtBytes = ConsumerLoopLayout::weight_bytes(WGS);
+  constexpr int kRowTiles = ConsumerLoopLayout::kRowTiles, kSrcBlocks = ConsumerLoopLayout::kSrcBlocks;
   extern __shared__ std::uint8_t smem_raw[];
   __shared__ alignas(8) std::uint64_t bars[2 * kStages];  // full, then empty
   auto full_bar = [&](int st) { return ptx::smem_addr(&bars[st]); };
@@ -492,8 +503,8 @@ __global__ void __launch_bounds__(128 * WGS + (FEED != 0 ? 128 : 0), 1)
   const int warpgroup = static_cast<int>(threadIdx.x) / 128, tid = static_cast<int>(threadIdx.x) % 128;
   if (warpgroup == WGS) {  // the producer warpgroup (FEED only)
     if (tid != 0) return;
-    const std::uint8_t* act_tiles = act_src + static_cast<std::size_t>(blockIdx.x % 4) * kSrcBlocks * kActBytes;
-    const std::uint8_t* wgt_chunks = wgt_src + static_cast<std::size_t>(blockIdx.x / 4) * kSrcBlocks * kWgtBytes;
+    const std::uint8_t* act_tiles = act_src + static_cast<std::size_t>(blockIdx.x % kRowTiles) * kSrcBlocks * kActBytes;
+    const std::uint8_t* wgt_chunks = wgt_src + static_cast<std::size_t>(blockIdx.x / kRowTiles) * kSrcBlocks * kWgtBytes;
     for (int b = 0; b < blocks; ++b) {
       const int st = b % kStages;
       if (b >= kStages) ptx::mbarrier_wait(empty_bar(st), static_cast<std::uint32_t>(b / kStages - 1) & 1u);
@@ -742,16 +753,18 @@ TEST(TensorRate, DISABLED_DequantizingConsumerLoop) {
   if (gpu().cc_major != 9) GTEST_SKIP() << "wgmma is sm_90a code";
   const int sms = gpu().sm_count;
   constexpr int kBlocks = 6 * 700;
-  constexpr std::size_t kActTile = 128 * 128, kSrcBlocks = 32;
+  using Layout = ConsumerLoopLayout;
+  constexpr std::size_t kSrcBlocks = Layout::kSrcBlocks, kRowTiles = Layout::kRowTiles;
   cuda::DeviceBuffer<std::uint64_t> cycles(static_cast<std::size_t>(sms));
   cuda::DeviceBuffer<float> sink(1);
-  cuda::DeviceBuffer<std::uint8_t> act_src(4 * kSrcBlocks * kActTile);
-  cuda::DeviceBuffer<std::uint8_t> wgt_src(static_cast<std::size_t>((sms + 3) / 4) * kSrcBlocks * 2 *
-                                           prefill::kChunkBytes);
+  cuda::DeviceBuffer<std::uint8_t> act_src(kRowTiles * kSrcBlocks * Layout::kActBytes);
+  // A column tile per kRowTiles CTAs, each as wide as three warpgroups' chunks.
+  cuda::DeviceBuffer<std::uint8_t> wgt_src((static_cast<std::size_t>(sms) + kRowTiles - 1) / kRowTiles * kSrcBlocks *
+                                           Layout::weight_bytes(3));
   act_src.fill_bytes(0x22);
   wgt_src.fill_bytes(0x22);
   auto smem_bytes = [](int wgs, int stages) {
-    return stages * (128 * 128 + (wgs == 3 ? 2 : 1) * prefill::kChunkBytes) + 1024;
+    return stages * static_cast<int>(Layout::kActBytes + Layout::weight_bytes(wgs)) + 1024;
   };
   constexpr const char* kFeeds[] = {"none", "both", "act", "weight"};
   std::printf("%10s %9s %7s %6s %7s | %15s %12s %12s\n", "warpgroups", "in flight", "copies", "hoist", "stages",

@@ -20,7 +20,7 @@ using test::h200_context;
 
 TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
   const std::vector<TileConfig>& configs = tile_configs();
-  ASSERT_EQ(configs.size(), 15u);
+  ASSERT_EQ(configs.size(), 16u);
   EXPECT_EQ(configs[0].name(), "sm90a bf16 x nvfp4 m256n128k64 6 stages");
   EXPECT_EQ(configs[1].name(), "sm90a bf16 x nvfp4 m128n128k64 9 stages");
   EXPECT_EQ(configs[2].name(), "sm90a bf16 x nvfp4 m64n128k64 12 stages");
@@ -40,6 +40,8 @@ TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
   EXPECT_EQ(configs[13].smem_bytes(), 6 * (208 * 128 + 4608) + 96 + 1024);
   EXPECT_EQ(configs[14].name(), "sm90a bf16 x nvfp4 m160n128k64 7 stages");
   EXPECT_EQ(configs[14].smem_bytes(), 7 * (160 * 128 + 4608) + 112 + 1024);
+  EXPECT_EQ(configs[15].name(), "sm90a bf16 x nvfp4 m128n128k64 10 stages, 2 K blocks per copy");
+  EXPECT_EQ(configs[15].smem_bytes(), 10 * (128 * 128 + 4608) + 160 + 1024);
   // Two consumer warpgroups and one producer warpgroup.
   for (const TileConfig& c : configs) EXPECT_EQ(c.threads(), 384) << c.name();
   EXPECT_EQ(configs[7].smem_bytes(), 12 * (32 * 128 + 4608) + 192 + 1024);
@@ -612,11 +614,13 @@ TEST(PrefillPolicy, CandidatesCoverEveryPlanAndSayWhyOthersCannotRun) {
   const std::vector<PlanCandidate> c = plan_candidates(512, 2048, 6144, small, no_threes);
   // In tile_configs() order: m256, m128, m64, the persistent m256, the two m192 configs and m128
   // with copy groups unfit, then m32 and m16 x split 1, and splits 2..8 each with a cluster and
-  // then a workspace reduction, then m64 with copy groups, m144, m80, m96, m208 and m160 unfit.
+  // then a workspace reduction, then m64 with copy groups, m144, m80, m96, m208, m160 and the
+  // 10-stage m128 unfit.
   constexpr std::size_t kPerConfig = 1 + 2 * (kMaxSplitK - 1);
   constexpr std::size_t kUnfit[] = {0, 1, 2, 3, 4, 5, 6, 7 + 2 * kPerConfig, 8 + 2 * kPerConfig, 9 + 2 * kPerConfig,
-                                    10 + 2 * kPerConfig, 11 + 2 * kPerConfig, 12 + 2 * kPerConfig};
-  ASSERT_EQ(c.size(), 13u + 2 * kPerConfig);
+                                    10 + 2 * kPerConfig, 11 + 2 * kPerConfig, 12 + 2 * kPerConfig,
+                                    13 + 2 * kPerConfig};
+  ASSERT_EQ(c.size(), 14u + 2 * kPerConfig);
   for (const std::size_t i : kUnfit) {
     EXPECT_EQ(c[i].status.code, StatusCode::not_supported) << c[i].config.name();
     EXPECT_NE(c[i].status.reason.find(std::to_string(c[i].config.smem_bytes())), std::string::npos) << c[i].status.reason;

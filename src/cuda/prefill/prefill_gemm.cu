@@ -365,7 +365,8 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
     // tensor-core cycles per wgmma, shared by both warpgroups), so they keep two (PERF-LOG run 26:
     // ~1% faster; not tried on m256, whose blocks are twice as long). m144 keeps two as m128 (its
     // 9-stage ring then unrolls with 3 fragment buffers).
-    constexpr int kInFlight = BM <= 144 ? 2 : 1;
+    // The 10-stage m128 keeps one, so that its ring unrolls by 2 buffers.
+    constexpr int kInFlight = BM <= 144 && STAGES % 3 == 0 ? 2 : 1;
     constexpr int kBuffers = kInFlight + 1;
     // Fragments of kBuffers K blocks: block it is dequantized into frag[it % kBuffers] while the
     // wgmmas of the kInFlight blocks before it still run. The buffer index must be a compile-time
@@ -903,6 +904,7 @@ KernelFn kernel_for(const TileConfig& c, bool dequant_act = false) {
   if (is(96, 12, false, 4)) return prefill_gemm_kernel<96, 12, false, 4>;
   if (is(208, 6, false, 1)) return prefill_gemm_kernel<208, 6, false, 1>;
   if (is(160, 7, false, 1)) return prefill_gemm_kernel<160, 7, false, 1>;
+  if (is(128, 10, false, 2)) return prefill_gemm_kernel<128, 10, false, 2>;
   if (is(32, 12, false, 4)) return prefill_gemm_kernel<32, 12, false, 4>;
   if (is(16, 12, false, 4)) return prefill_gemm_kernel<16, 12, false, 4>;
   if (is(64, 12, false, 4)) return prefill_gemm_kernel<64, 12, false, 4>;

@@ -404,10 +404,10 @@ TEST(Cli, PlanShowsTheMeasuredTimesOfATuneCache) {
   // What `fp4gap plan --device 'H200 SXM'` plans for; fp4gap tune records the real device's name.
   e.device = tune::DeviceKey{"H200 SXM (datasheet)", 132, 9, 0};
   e.problem = tune::ProblemKey{"fp4gap-prefill-w4a16", 128, 6144, 2048, OutputType::bf16};
-  e.policy_config = configs[1].name();
+  e.policy_config = configs[15].name();
   e.policy_split_k = 2;
   tune::MeasuredPlan policy, faster;
-  policy.config = configs[1].name();
+  policy.config = configs[15].name();
   policy.split_k = 2;
   policy.passed = true;
   policy.graph_us = 11.70;
@@ -554,12 +554,12 @@ TEST(Cli, PlanRanksThePrefillPlansForADatasheetGpu) {
   r.out += second.out;
   EXPECT_TRUE(has(r.out, "device: H200 SXM (datasheet), 132 SMs, 232448 bytes")) << r.out;
   EXPECT_TRUE(has(r.out, "not a measurement")) << r.out;
-  // The policy's pick at each shape (run 14's fastest plan; at 256 x 6144 x 2048 now with 3 K
-  // blocks per copy, which run 44 measured faster at the same 32 K blocks per CTA; at 1024 x 4096
-  // x 6144 the non-persistent m256, as its 128 tiles fit one wave: run 48), ranked first and
-  // marked.
+  // The policy's pick at each shape (run 14's fastest plan; at 256 x 6144 x 2048 now on the
+  // 10-stage ring with 2 K blocks per copy, which run 161 measured faster than 3 per copy (run 44's
+  // pick) at the same 32 K blocks per CTA; at 1024 x 4096 x 6144 the non-persistent m256, as its 128
+  // tiles fit one wave: run 48), ranked first and marked.
   for (const auto& [shape, want] :
-       {std::pair{"m256 n6144 k2048", plan_row("sm90a bf16 x nvfp4 m128n128k64 9 stages, 3 K blocks per copy", 1)},
+       {std::pair{"m256 n6144 k2048", plan_row("sm90a bf16 x nvfp4 m128n128k64 10 stages, 2 K blocks per copy", 1)},
         std::pair{"m1024 n4096 k6144", plan_row("sm90a bf16 x nvfp4 m256n128k64 6 stages", 1)}}) {
     const std::size_t at = r.out.find(shape);
     ASSERT_NE(at, std::string::npos) << r.out;

@@ -431,10 +431,12 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
   // they became bulk copies; m128 with 3 K blocks per copy: runs 44-45, marked "within 1%" where
   // it ties the plan before it).
   for (const Case c : {// 16.62 us before copy groups; run 44 at M = 128, the same 32 K blocks per CTA:
-                       // 15.03 against 15.70
-                       Case{256, 6144, 2048, 128, 1, false, kCluster, 3},
+                       // 15.03 against 15.70 (G3); run 161 (an H100): the 10-stage G2 14.31 against G3's
+                       // 14.84
+                       Case{256, 6144, 2048, 128, 1, false, kCluster, 2},
                        Case{256, 4096, 6144, 128, 2, false, kCluster, 3},  // 25.30 before copy groups
-                       Case{128, 2048, 6144, 128, 6, false},               // 12.46 (copy groups: 12.95)
+                       // 12.46 (copy groups: 12.95); run 161 (an H100): G2 12.89, the plain m128 12.84
+                       Case{128, 2048, 6144, 128, 6, false, kCluster, 2},
                        // Run 119 through `fp4gap gemm` (H200): m64 G4 split 2 16.28 us against m128 G3
                        // split 3 17.35 (run 113, an H100: 16.36 / 17.39; runs 44-54 predate the band's
                        // TMA store, run 105)
@@ -474,7 +476,8 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
                        Case{96, 4096, 6144, 96, 3, false, kCluster, 4},  // 15.77 (m64 G4 split 2: 16.58)
                        Case{96, 6144, 2048, 96, 2, false, kCluster, 4},  // 10.87 (m64 G4: 11.18)
                        Case{96, 2048, 6144, 96, 6, false, kCluster, 4},  // 11.64 (m128 split 6: 12.73)
-                       Case{128, 6144, 2048, 128, 2, false},             // 11.91 (12.18)
+                       // 11.91 (12.18); run 161 (an H100): G2 11.91 against the plain m128's 12.04
+                       Case{128, 6144, 2048, 128, 2, false, kCluster, 2},
                        // Just past a multiple of 128 rows: run 138's `fp4gap tune` (an H100), m144 G3
                        // against the runner-up in brackets; the m128 G3 row of tiles that M = 520
                        // adds is a second wave at N = 4096
@@ -486,7 +489,8 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
                        // Run 138: 18.92 (m128 G3 split 2: 22.07); run 150 (an H100): 18.56 against m80
                        // split 2's 19.34 with its bands through TMA
                        Case{264, 2048, 6144, 144, 3, false, kCluster, 3},
-                       Case{520, 6144, 2048, 128, 1, false, kCluster, 3},   // 29.30 (m144: 31.60)
+                       // 29.30 (m144: 31.60); run 162 at M = 576: G2 29.12 against G3's 29.44
+                       Case{520, 6144, 2048, 128, 1, false, kCluster, 2},
                        // Just past a multiple of 192: runs 145-146's `fp4gap tune` (an H100), m208
                        Case{400, 4096, 6144, 208, 2, false},  // 36.61 (m128 G3: 36.94)
                        Case{800, 4096, 6144, 208, 1, false},  // 60.95 (m256: 62.90)

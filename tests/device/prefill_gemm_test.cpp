@@ -555,7 +555,8 @@ TEST(PrefillKernel, DISABLED_SweepConfigsAndSplits) {
 // epilogue) and how long an SM waits between CTAs, from the kernel's optional timeline, with L2
 // flushed before the launch (cold weights and activations). Where M leaves the last row of tiles
 // partly empty, its CTAs are also summarized apart from the others. Run by hand on the GPU
-// (FP4GAP_TIMELINE_M=96,128 times the three glm5 shapes at those M instead of the default list):
+// (FP4GAP_TIMELINE_M=96,128 times the three glm5 shapes at those M instead of the default list;
+// FP4GAP_TIMELINE_SIBLINGS=1 also times the other configs of the pick's tile rows at its split):
 //   fp4gap_device_tests --gtest_also_run_disabled_tests --gtest_filter='PrefillKernel.DISABLED_Timeline'
 TEST(PrefillKernel, DISABLED_Timeline) {
   REQUIRE_HOPPER();
@@ -573,11 +574,25 @@ TEST(PrefillKernel, DISABLED_Timeline) {
       for (const Shape glm5 : {Shape{m, 4096, 6144}, Shape{m, 6144, 2048}, Shape{m, 2048, 6144}}) shapes.push_back(glm5);
     }
   }
+  const bool siblings = std::getenv("FP4GAP_TIMELINE_SIBLINGS") != nullptr;
   cuda::DeviceBuffer<std::uint8_t> flush(static_cast<std::size_t>(2 * gpu().l2_bytes));
+  std::vector<std::pair<Shape, prefill::Plan>> runs;
   for (const Shape s : shapes) {
+    const prefill::Plan pick = prefill::choose_plan(s.m, s.n, s.k, gpu(), prefill::concurrent_ctas);
+    runs.emplace_back(s, pick);
+    if (!siblings || pick.config.persistent) continue;
+    for (const prefill::TileConfig& c : prefill::tile_configs()) {
+      if (c.block_m != pick.config.block_m || c.persistent || c.name() == pick.config.name() ||
+          !prefill::check_tile_config(c, gpu()).is_ok() ||
+          (pick.reduction == prefill::SplitReduction::workspace && !c.workspace_split())) {
+        continue;
+      }
+      runs.emplace_back(s, prefill::make_plan(s.m, s.n, s.k, c, pick.split_k, pick.reduction));
+    }
+  }
+  for (const auto& [s, plan] : runs) {
     const GemmProblem p = make_problem(s.m, s.n, s.k, false, OutputType::bf16);
     const GemmInputs in = make_gemm_inputs(p, 1, InputDistribution::random);
-    const prefill::Plan plan = prefill::choose_plan(s.m, s.n, s.k, gpu(), prefill::concurrent_ctas);
     const DeviceGemm d = upload(in, plan);
     const auto ctas = static_cast<std::size_t>(prefill::launch_ctas(plan));
     cuda::DeviceBuffer<std::uint64_t> timeline(ctas * (prefill::kTimelineFields + prefill::kTimelineArrivals));

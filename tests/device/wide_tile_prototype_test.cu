@@ -188,8 +188,8 @@ struct WideTileInputs {
     const int ctas = static_cast<int>(problem.m / WideTile::kRows * (problem.n / WideTile::kWeightRows));
     wide_tile_kernel<<<ctas, 128 * (WideTile::kWarpgroups + 1), WideTile::kSmemBytes, stream>>>(
         maps[static_cast<std::size_t>(set)].group, weights[static_cast<std::size_t>(set)].get(), out,
-        static_cast<int>(problem.n), static_cast<int>(problem.k / prefill::kBlockK), static_cast<float>(in.alpha),
-        cycles);
+        static_cast<int>(problem.n), static_cast<int>(problem.k / prefill::kBlockK),
+        static_cast<float>(in.alpha * decode::kernel_alpha_factor(decode::Math::w4a16)), cycles);
   }
 };
 

@@ -1,13 +1,13 @@
 // Diagnostic (disabled), a prototype not used by the library: KERNELS-prefill item 1f's tile of 192
-// weight rows x 128 activation rows, three consumer warpgroups and a producer warpgroup (512
-// threads), written as the m128 kernel's main loop is (register-A m64n128k16, the weight
+// weight rows x BM activation rows (BM = 64-128), three consumer warpgroups and a producer
+// warpgroup (512 threads), written as the m128 kernel's main loop is (register-A m64nBMk16, the weight
 // dequantized by decode::dequant_block_fragments, one wgmma group in flight, the 8-stage ring
 // unrolled by its 2 fragment buffers, copy groups of 2 K blocks: one 3D tensor copy of the
 // activations, one bulk copy of each of the two packed 128-row weight chunks the tile's three
 // 64-row slices lie in). It answers whether that tile keeps the tensor rate the fed diagnostic
 // loop reached (TensorRate.DISABLED_DequantizingConsumerLoop: 93% with 8 stages), where W2 at
-// M = 512 gets 128 such tiles on 132 SMs against m256's 96. Its epilogue stores fp32 straight from
-// the fragments (not tuned); only unsplit tiles, M % 128 == 0, N % 192 == 0, K % 512 == 0. It
+// M = 4 BM gets 128 such tiles on 132 SMs (m256 at M = 512: 96). Its epilogue stores fp32 straight
+// from the fragments (not tuned); only unsplit tiles, M % BM == 0, N % 192 == 0, K % 512 == 0. It
 // first checks its output on exact-grid data against the reference (equal after rounding) and on
 // random data (within the bound), then times it beside the policy's plan. Run by hand:
 //   fp4gap_device_tests --gtest_also_run_disabled_tests --gtest_filter='WideTilePrototype.DISABLED_*'
@@ -34,8 +34,9 @@
 namespace fp4gap::test {
 namespace {
 
+template <int BM>
 struct WideTile {
-  static constexpr int kWarpgroups = 3, kWeightRows = 64 * kWarpgroups, kRows = 128;
+  static constexpr int kWarpgroups = 3, kWeightRows = 64 * kWarpgroups, kRows = BM;
   static constexpr int kStages = 8, kGroup = 2;
   static constexpr std::uint32_t kActBytes = kRows * prefill::kBlockK * 2;
   // Both weight chunks of every stage, chunk-major so that a group's stages of one chunk are
@@ -48,35 +49,60 @@ struct WideTile {
   }
 };
 
+// m64nNk16 with the A fragment from registers for N = 64-128 in steps of 16: the largest power of
+// two first, then the rest on the next rows of the activation tile (as the kernel's Wgmma<N>).
+template <int N>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const std::uint32_t (&a)[4], std::uint64_t desc) {
+#if FP4GAP_PREFILL_SM90A
+  if constexpr (N == 16) {
+    prefill::ptx::wgmma_m64n16k16_rs(d, a, desc);
+  } else if constexpr (N == 32) {
+    prefill::ptx::wgmma_m64n32k16_rs(d, a, desc);
+  } else if constexpr (N == 64) {
+    prefill::ptx::wgmma_m64n64k16_rs(d, a, desc);
+  } else if constexpr (N == 128) {
+    prefill::ptx::wgmma_m64n128k16_rs(d, a, desc);
+  } else {
+    constexpr int kFirst = N >= 128 ? 128 : N >= 64 ? 64 : 32;
+    wgmma_rs<kFirst>(*reinterpret_cast<float(*)[kFirst / 2]>(&d[0]), a, desc);
+    wgmma_rs<N - kFirst>(*reinterpret_cast<float(*)[(N - kFirst) / 2]>(&d[kFirst / 2]), a, desc + (kFirst * 128 >> 4));
+  }
+#else
+  (void)d, (void)a, (void)desc;
+#endif
+}
+
 // cycles[cta] = SM cycles of warpgroup 0's main loop.
-__global__ void __launch_bounds__(128 * (WideTile::kWarpgroups + 1), 1)
+template <int BM>
+__global__ void __launch_bounds__(128 * (WideTile<BM>::kWarpgroups + 1), 1)
     wide_tile_kernel(const __grid_constant__ CUtensorMap act_group_map, const std::uint8_t* __restrict__ weights,
                      float* __restrict__ out, int n, int k_blocks, float alpha, std::uint64_t* __restrict__ cycles) {
 #if FP4GAP_PREFILL_SM90A
   namespace ptx = prefill::ptx;
   using prefill::kChunkBytes;
-  constexpr int kStages = WideTile::kStages, kGroup = WideTile::kGroup;
-  constexpr std::uint32_t kActBytes = WideTile::kActBytes;
+  using Tile = WideTile<BM>;
+  constexpr int kStages = Tile::kStages, kGroup = Tile::kGroup;
+  constexpr std::uint32_t kActBytes = Tile::kActBytes;
   extern __shared__ std::uint8_t smem_raw[];
   __shared__ alignas(8) std::uint64_t bars[2 * kStages];  // full, then empty
   auto full_bar = [&](int s) { return ptx::smem_addr(&bars[s]); };
   auto empty_bar = [&](int s) { return ptx::smem_addr(&bars[kStages + s]); };
   const std::uint32_t act = (ptx::smem_addr(smem_raw) + 1023u) & ~1023u;
   const std::uint32_t wgt = act + kStages * kActBytes;
-  const int n_tiles = n / WideTile::kWeightRows;
+  const int n_tiles = n / Tile::kWeightRows;
   const int tile = static_cast<int>(blockIdx.x) % n_tiles;
-  const int row0 = static_cast<int>(blockIdx.x) / n_tiles * WideTile::kRows;
+  const int row0 = static_cast<int>(blockIdx.x) / n_tiles * Tile::kRows;
   const int chunk0 = 3 * tile / 2;  // the 128-row chunk holding the tile's first 64-row slice
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       ptx::mbarrier_init(full_bar(s), 1);
-      ptx::mbarrier_init(empty_bar(s), 4 * WideTile::kWarpgroups);
+      ptx::mbarrier_init(empty_bar(s), 4 * Tile::kWarpgroups);
     }
     ptx::fence_barrier_init();
   }
   __syncthreads();
   const int warpgroup = static_cast<int>(threadIdx.x) / 128, tid = static_cast<int>(threadIdx.x) % 128;
-  if (warpgroup == WideTile::kWarpgroups) {
+  if (warpgroup == Tile::kWarpgroups) {
     if (tid != 0) return;
     for (int kb = 0; kb < k_blocks; kb += kGroup) {
       const int stage = kb % kStages, round = kb / kStages;
@@ -103,9 +129,9 @@ __global__ void __launch_bounds__(128 * (WideTile::kWarpgroups + 1), 1)
   const std::uint64_t desc0 = ptx::sw128_kmajor_desc(act);
   const std::uint32_t desc_lo = static_cast<std::uint32_t>(desc0);
   const std::uint64_t desc_hi = desc0 & ~std::uint64_t{0xFFFFFFFFu};
-  float acc[64];
+  float acc[BM / 2];
 #pragma unroll
-  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < BM / 2; ++i) acc[i] = 0.0f;
   std::uint32_t frag[2][4][4];
   std::uint32_t phase = 0;
   auto consume = [&](auto stage_constant, auto buffer_constant, int block) {
@@ -126,7 +152,7 @@ __global__ void __launch_bounds__(128 * (WideTile::kWarpgroups + 1), 1)
     }
     ptx::wgmma_fence();
 #pragma unroll
-    for (int j = 0; j < 4; ++j) ptx::wgmma_m64n128k16_rs(acc, frag[b][j], desc[j]);
+    for (int j = 0; j < 4; ++j) wgmma_rs<BM>(acc, frag[b][j], desc[j]);
     ptx::wgmma_commit();
     ptx::wgmma_wait<1>();
     // The block before is complete: its stage goes back to the producer.
@@ -141,13 +167,13 @@ __global__ void __launch_bounds__(128 * (WideTile::kWarpgroups + 1), 1)
   }
   ptx::wgmma_wait<0>();
 #pragma unroll
-  for (int i = 0; i < 64; ++i) ptx::fence_register(acc[i]);
+  for (int i = 0; i < BM / 2; ++i) ptx::fence_register(acc[i]);
   if (threadIdx.x == 0) cycles[blockIdx.x] = static_cast<std::uint64_t>(clock64() - start);
   // Accumulator 4i + e: activation (output) row 8i + 2t + (e & 1), weight (output) column
   // 16 warp + g + 8 (e >> 1) of the warpgroup's 64.
-  const int col = tile * WideTile::kWeightRows + 64 * warpgroup + 16 * warp + g;
+  const int col = tile * Tile::kWeightRows + 64 * warpgroup + 16 * warp + g;
 #pragma unroll
-  for (int i = 0; i < 16; ++i) {
+  for (int i = 0; i < BM / 8; ++i) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const std::int64_t row = row0 + 8 * i + 2 * t + (e & 1);
@@ -159,6 +185,16 @@ __global__ void __launch_bounds__(128 * (WideTile::kWarpgroups + 1), 1)
 #endif
 }
 
+GemmProblem make_bf16_problem(std::int64_t m, std::int64_t n, std::int64_t k) {
+  GemmProblem p;
+  p.m = m, p.n = n, p.k = k;
+  p.a_format = OperandFormat::bf16;
+  p.b_format = OperandFormat::nvfp4;
+  p.out_type = OutputType::f32;
+  return p;
+}
+
+template <int BM>
 struct WideTileInputs {
   GemmProblem problem;
   GemmInputs in;
@@ -172,28 +208,22 @@ struct WideTileInputs {
     for (int i = 0; i < sets; ++i) {
       acts.emplace_back(in.a_bf16);
       weights.emplace_back(packed);
-      // The m128 config copying 2 K blocks at a time: its 3D map has the prototype's box.
-      maps.push_back(prefill::make_activation_maps(acts.back().get(), m, k, prefill::TileConfig{128, 10, false, 2}));
+      // A config of BM rows copying 2 K blocks at a time: its 3D map has the prototype's box.
+      maps.push_back(prefill::make_activation_maps(acts.back().get(), m, k, prefill::TileConfig{BM, 10, false, 2}));
     }
   }
-  static GemmProblem make_bf16_problem(std::int64_t m, std::int64_t n, std::int64_t k) {
-    GemmProblem p;
-    p.m = m, p.n = n, p.k = k;
-    p.a_format = OperandFormat::bf16;
-    p.b_format = OperandFormat::nvfp4;
-    p.out_type = OutputType::f32;
-    return p;
-  }
+  int ctas() const { return static_cast<int>(problem.m / BM * (problem.n / WideTile<BM>::kWeightRows)); }
   void launch(int set, float* out, std::uint64_t* cycles, cudaStream_t stream) const {
-    const int ctas = static_cast<int>(problem.m / WideTile::kRows * (problem.n / WideTile::kWeightRows));
-    wide_tile_kernel<<<ctas, 128 * (WideTile::kWarpgroups + 1), WideTile::kSmemBytes, stream>>>(
+    wide_tile_kernel<BM><<<ctas(), 128 * (WideTile<BM>::kWarpgroups + 1), WideTile<BM>::kSmemBytes, stream>>>(
         maps[static_cast<std::size_t>(set)].group, weights[static_cast<std::size_t>(set)].get(), out,
         static_cast<int>(problem.n), static_cast<int>(problem.k / prefill::kBlockK),
         static_cast<float>(in.alpha * decode::kernel_alpha_factor(decode::Math::w4a16)), cycles);
   }
 };
 
-std::vector<float> run_once(const WideTileInputs& w, cuda::DeviceBuffer<float>& out, cuda::DeviceBuffer<std::uint64_t>& cycles) {
+template <int BM>
+std::vector<float> run_once(const WideTileInputs<BM>& w, cuda::DeviceBuffer<float>& out,
+                            cuda::DeviceBuffer<std::uint64_t>& cycles) {
   out.fill_bytes(0xFF);  // NaN
   w.launch(0, out.get(), cycles.get(), nullptr);
   CUDA_CHECK(cudaGetLastError());
@@ -201,19 +231,21 @@ std::vector<float> run_once(const WideTileInputs& w, cuda::DeviceBuffer<float>& 
   return out.download();
 }
 
-TEST(WideTilePrototype, DISABLED_ExactThenTimedBesideThePolicy) {
-  ASSERT_TRUE(gpu().available) << gpu().unavailable_reason;
-  if (gpu().cc_major != 9) GTEST_SKIP() << "wgmma is sm_90a code";
-  CUDA_CHECK(cudaFuncSetAttribute(wide_tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, WideTile::kSmemBytes));
-  // Exact on the grid (equal to the rounded reference) and repeatable, then random data within
-  // the bound: two weight tiles of each parity, two row tiles, 16 K blocks.
+// Exact on the grid (equal to the rounded reference) and repeatable, then random data within the
+// bound: two row tiles, four weight tiles (both parities), 16 K blocks; then timed as the sweep
+// times plans (graph replays over input sets that together exceed 2x L2) at M = 4 BM (128 tiles
+// at N = 6144), beside the policy's plan on the same inputs (bf16 output, its own epilogue).
+template <int BM>
+void check_and_time() {
+  CUDA_CHECK(cudaFuncSetAttribute(wide_tile_kernel<BM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  WideTile<BM>::kSmemBytes));
   for (const InputDistribution dist : {InputDistribution::exact_grid, InputDistribution::random}) {
-    const std::uint64_t seed = 9100;
-    const WideTileInputs w(256, 768, 1024, seed, dist, 1);
-    SCOPED_TRACE(repro("wide tile prototype, " + w.problem.label(), seed));
+    const std::uint64_t seed = 9100 + BM;
+    const WideTileInputs<BM> w(2 * BM, 768, 1024, seed, dist, 1);
+    SCOPED_TRACE(repro("wide tile prototype m" + std::to_string(BM) + ", " + w.problem.label(), seed));
     const ReferenceResult ref = reference_gemm(w.in.a_view(), w.in.b_view(), w.in.alpha);
     cuda::DeviceBuffer<float> out(static_cast<std::size_t>(w.problem.m * w.problem.n));
-    cuda::DeviceBuffer<std::uint64_t> cycles(static_cast<std::size_t>(w.problem.m / 128 * (w.problem.n / 192)));
+    cuda::DeviceBuffer<std::uint64_t> cycles(static_cast<std::size_t>(w.ctas()));
     const std::vector<float> first = run_once(w, out, cycles);
     const VerifyResult v = verify_gemm_output(first.data(), ref, w.problem.k, w.problem.out_type);
     ASSERT_TRUE(v.passed) << v.message;
@@ -221,47 +253,55 @@ TEST(WideTilePrototype, DISABLED_ExactThenTimedBesideThePolicy) {
     if (dist == InputDistribution::exact_grid) expect_exact(first, ref, w.problem.out_type);
     ASSERT_EQ(run_once(w, out, cycles), first) << "a second run differs";
   }
-  // Timed as the sweep times plans: graph replays over input sets that together exceed 2x L2.
-  std::printf("%-34s %-62s %10s %10s %16s\n", "shape", "plan", "graph us", "TFLOP/s", "cycles / K block");
-  for (const std::int64_t m : sweep_ms_from_env({256, 384, 512, 640, 768})) {
-    // glm5's W2, and N = 4224 (22 tiles of 192) at K = 6144 for a main loop three times as long.
-    const std::pair<std::int64_t, std::int64_t> shapes[] = {{6144, 2048}, {4224, 6144}};
-    for (const auto& [n, k] : shapes) {
-      if (!WideTile::takes(m, n, k)) continue;
-      const GemmProblem p = WideTileInputs::make_bf16_problem(m, n, k);
-      const double set_bytes = static_cast<double>(n * k) * 0.5625 + static_cast<double>(m * k) * 2;
-      const int sets = input_sets_for_cold_cache(set_bytes, gpu().l2_bytes, 16);
-      const WideTileInputs w(m, n, k, 1, InputDistribution::random, sets);
-      cuda::DeviceBuffer<float> out(static_cast<std::size_t>(m * n));
-      const int ctas = static_cast<int>(m / 128 * (n / 192));
-      cuda::DeviceBuffer<std::uint64_t> cycles(static_cast<std::size_t>(ctas));
-      const double flops = 2.0 * static_cast<double>(m * n * k);
-      const Timing t = time_launch(
-          [&](int set, void* stream) { w.launch(set, out.get(), cycles.get(), static_cast<cudaStream_t>(stream)); },
-          sets, gpu(), TimingOptions{});
-      std::vector<std::uint64_t> c = cycles.download();
-      std::sort(c.begin(), c.end());
-      std::printf("%-34s %-62s %10.2f %10.0f %16.0f\n", p.label().c_str(), "prototype m128n192k64 8 stages, 2 K blocks per copy",
-                  t.graph.median_us, flops / t.graph.median_us * 1e-6,
-                  static_cast<double>(c[c.size() / 2]) / static_cast<double>(k / prefill::kBlockK));
-      // The policy's plan on the same inputs (bf16 output, its own epilogue).
-      const prefill::Plan plan = prefill::choose_plan(m, n, k, gpu(), prefill::concurrent_ctas);
-      std::vector<prefill::ActivationMaps> maps;
-      for (int i = 0; i < sets; ++i) maps.push_back(prefill::make_activation_maps(w.acts[static_cast<std::size_t>(i)].get(), m, k, plan.config));
-      cuda::DeviceBuffer<std::uint8_t> workspace(static_cast<std::size_t>(plan.workspace_bytes()));
-      workspace.fill_bytes(0);
-      prefill::prepare_launch(plan);
-      const Timing tp = time_launch(
-          [&](int set, void* stream) {
-            prefill::launch_gemm(plan, maps[static_cast<std::size_t>(set)], w.weights[static_cast<std::size_t>(set)].get(),
-                                 out.get(), OutputType::bf16, m, n, static_cast<float>(w.in.alpha),
-                                 static_cast<cudaStream_t>(stream), nullptr, plan.programmatic, workspace.get());
-          },
-          sets, gpu(), TimingOptions{});
-      std::printf("%-34s %-62s %10.2f %10.0f %16s\n", p.label().c_str(), plan.describe().c_str(), tp.graph.median_us,
-                  flops / tp.graph.median_us * 1e-6, "-");
+  // glm5's W2, and N = 4224 (22 tiles of 192) at K = 6144 for a main loop three times as long.
+  const std::int64_t m = 4 * BM;
+  const std::pair<std::int64_t, std::int64_t> shapes[] = {{6144, 2048}, {4224, 6144}};
+  for (const auto& [n, k] : shapes) {
+    const GemmProblem p = make_bf16_problem(m, n, k);
+    const double set_bytes = static_cast<double>(n * k) * 0.5625 + static_cast<double>(m * k) * 2;
+    const int sets = input_sets_for_cold_cache(set_bytes, gpu().l2_bytes, 16);
+    const WideTileInputs<BM> w(m, n, k, 1, InputDistribution::random, sets);
+    cuda::DeviceBuffer<float> out(static_cast<std::size_t>(m * n));
+    cuda::DeviceBuffer<std::uint64_t> cycles(static_cast<std::size_t>(w.ctas()));
+    const double flops = 2.0 * static_cast<double>(m * n * k);
+    const Timing t = time_launch(
+        [&](int set, void* stream) { w.launch(set, out.get(), cycles.get(), static_cast<cudaStream_t>(stream)); },
+        sets, gpu(), TimingOptions{});
+    std::vector<std::uint64_t> c = cycles.download();
+    std::sort(c.begin(), c.end());
+    const double per_block = static_cast<double>(c[c.size() / 2]) / static_cast<double>(k / prefill::kBlockK);
+    const std::string name = "prototype m" + std::to_string(BM) + "n192k64 8 stages, 2 K blocks per copy";
+    std::printf("%-34s %-66s %9.2f %8.0f %9.0f %5.0f%%\n", p.label().c_str(), name.c_str(), t.graph.median_us,
+                flops / t.graph.median_us * 1e-6, per_block, 100.0 * 6 * BM / per_block);
+    const prefill::Plan plan = prefill::choose_plan(m, n, k, gpu(), prefill::concurrent_ctas);
+    std::vector<prefill::ActivationMaps> maps;
+    for (int i = 0; i < sets; ++i) {
+      maps.push_back(prefill::make_activation_maps(w.acts[static_cast<std::size_t>(i)].get(), m, k, plan.config));
     }
+    cuda::DeviceBuffer<std::uint8_t> workspace(static_cast<std::size_t>(plan.workspace_bytes()));
+    workspace.fill_bytes(0);
+    prefill::prepare_launch(plan);
+    const Timing tp = time_launch(
+        [&](int set, void* stream) {
+          prefill::launch_gemm(plan, maps[static_cast<std::size_t>(set)], w.weights[static_cast<std::size_t>(set)].get(),
+                               out.get(), OutputType::bf16, m, n, static_cast<float>(w.in.alpha),
+                               static_cast<cudaStream_t>(stream), nullptr, plan.programmatic, workspace.get());
+        },
+        sets, gpu(), TimingOptions{});
+    std::printf("%-34s %-66s %9.2f %8.0f %9s %6s\n", p.label().c_str(), plan.describe().c_str(), tp.graph.median_us,
+                flops / tp.graph.median_us * 1e-6, "-", "-");
   }
+}
+
+TEST(WideTilePrototype, DISABLED_ExactThenTimedBesideThePolicy) {
+  ASSERT_TRUE(gpu().available) << gpu().unavailable_reason;
+  if (gpu().cc_major != 9) GTEST_SKIP() << "wgmma is sm_90a code";
+  std::printf("%-34s %-66s %9s %8s %9s %6s\n", "shape", "plan", "graph us", "TFLOP/s", "cycles/KB", "tensor");
+  check_and_time<64>();
+  check_and_time<80>();
+  check_and_time<96>();
+  check_and_time<112>();
+  check_and_time<128>();
 }
 
 }  // namespace

@@ -36,6 +36,8 @@ inline constexpr int kBlockN = 128;  // weight rows per CTA: 2 row warpgroups x 
 inline constexpr int kBlockK = 64;   // 64 bf16 = one 128-byte swizzle row of activations
 // Consumer warpgroups, each owning 64 weight rows of the tile.
 inline constexpr int kConsumerWarpgroups = 2;
+// Weight rows of a wide tile (TileConfig::weight_rows): three consumer warpgroups.
+inline constexpr int kWideWeightRows = 192;
 // One packed weight chunk (kBlockN rows x kBlockK columns): codes then scales, contiguous so that
 // one bulk copy moves it.
 inline constexpr int kChunkCodeBytes = kBlockN * kBlockK / 2;            // 4096
@@ -73,6 +75,15 @@ struct TileConfig {
   // ~165); m128 runs ~10% faster per K block with 3 (runs 43-45), the narrow tiles 19-25% with 4
   // (runs 52-53). Divides `stages`; not persistent.
   int copy_group = 1;
+  // Weight rows per CTA (the output columns of a tile): kBlockN, two consumer warpgroups of 64
+  // rows, or kWideWeightRows, three (a wide tile, KERNELS-prefill item 1f: a 512-thread kernel of
+  // its own that runs unsplit and reads the two packed chunks its three 64-row slices lie in).
+  int weight_rows = kBlockN;
+
+  // Consumer warpgroups: one per 64 weight rows.
+  int consumer_warpgroups() const { return weight_rows / 64; }
+  // Whether plans of this config may split K (the wide tiles and the persistent configs run unsplit).
+  bool splits() const { return !persistent && weight_rows == kBlockN; }
 
   // Whether split plans of this config may add their partials in a global workspace
   // (SplitReduction::workspace): the tiles of at most 64 rows. There the last CTA to arrive brings
@@ -95,7 +106,7 @@ struct TileConfig {
   // "... m128n128k64 9 stages, 3 K blocks per copy"
   std::string name() const;
   // Threads per CTA: the consumer warpgroups and one producer warpgroup.
-  int threads() const { return 128 * (kConsumerWarpgroups + 1); }
+  int threads() const { return 128 * (consumer_warpgroups() + 1); }
   // Dynamic shared memory the kernel requests: the output staging of a persistent config, the
   // stage ring, its barriers, 1 KB of alignment slack (the 128-byte swizzle needs 1024-byte
   // aligned tiles).
@@ -113,7 +124,8 @@ struct TileConfig {
   // cluster) followed by its reduced share of the rows, staged; at most half the rows for
   // split >= 2. It reuses the stage ring.
   std::int64_t split_epilogue_bytes() const;
-  // Bytes of one pipeline stage: the activation tile plus one packed weight chunk.
+  // Bytes of one pipeline stage: the activation tile plus the packed weight chunks (one; a wide
+  // tile two).
   std::int64_t stage_bytes() const;
 };
 
@@ -139,7 +151,7 @@ struct Plan {
   int split_k = 1;           // CTAs sharing one output tile along K
   SplitReduction reduction = SplitReduction::cluster;  // when split_k > 1
   std::int64_t m_tiles = 0;  // ceil(M / block_m)
-  std::int64_t n_tiles = 0;  // ceil(N / kBlockN)
+  std::int64_t n_tiles = 0;  // ceil(N / config.weight_rows)
   std::int64_t k_blocks = 0; // ceil(K / kBlockK)
   // Launched as a programmatic dependent launch (launch_gemm's `programmatic`): make_plan sets
   // launches_programmatically(config); a tune cache's plan may say otherwise (launch_override).

@@ -17,14 +17,14 @@ namespace fp4gap::prefill {
 
 std::string TileConfig::name() const {
   std::ostringstream os;
-  os << "sm90a bf16 x nvfp4 m" << block_m << "n" << kBlockN << "k" << kBlockK << " " << stages << " stages";
+  os << "sm90a bf16 x nvfp4 m" << block_m << "n" << weight_rows << "k" << kBlockK << " " << stages << " stages";
   if (persistent) os << " persistent";
   if (copy_group > 1) os << ", " << copy_group << " K blocks per copy";
   return os.str();
 }
 
 std::int64_t TileConfig::stage_bytes() const {
-  return static_cast<std::int64_t>(block_m) * kBlockK * 2 + kChunkBytes;
+  return static_cast<std::int64_t>(block_m) * kBlockK * 2 + (weight_rows == kBlockN ? 1 : 2) * kChunkBytes;
 }
 
 std::int64_t TileConfig::smem_bytes() const {
@@ -102,6 +102,13 @@ const std::vector<TileConfig>& tile_configs() {
       // consumers' loop fed through the producer loses what the ring's depth does not hide of the
       // copies' round trip (PERF-LOG runs 157-158: 8 stages instead of 6 took 8% off).
       {128, 10, false, 2},  // 211,104 B
+      // Wide tiles (KERNELS-prefill item 1f): 192 weight rows, three consumer warpgroups, 8 stages
+      // of 2 K blocks per copy, unsplit. Shapes whose N is a multiple of 192 get 4 rows of them on
+      // 132 SMs where the 128-row tiles fit 3 or 5: W2 (N = 6144) at M = 385-512, 128 tiles where
+      // m256 runs 96. PERF-LOG runs 165-166 (a standalone prototype of the same loop, an H100):
+      // m128 / m112 10.5-11% faster than m256 at W2 M = 448 / 512.
+      {128, 8, false, 2, kWideWeightRows},  // 205,952 B
+      {112, 8, false, 2, kWideWeightRows},  // 189,568 B
   };
   return configs;
 }
@@ -125,8 +132,8 @@ Status check_tile_config(const TileConfig& c, const DeviceContext& device) {
   }
   const std::int64_t ring = c.stages * c.stage_bytes();
   // A persistent config's epilogue never touches the ring (the producer is refilling it) and it
-  // never splits.
-  if (!c.persistent && (c.split_epilogue_bytes() > ring || c.staged_tile_bytes() > ring)) {
+  // never splits; a wide tile's stages its 16-bit tile there or stores fp32 from its fragments.
+  if (c.splits() && (c.split_epilogue_bytes() > ring || c.staged_tile_bytes() > ring)) {
     std::ostringstream os;
     os << c.name() << ": the split-K epilogue (" << c.split_epilogue_bytes() << " bytes) or the staged output tile ("
        << c.staged_tile_bytes() << " bytes) does not fit in the stage ring (" << ring << " bytes)";
@@ -196,7 +203,7 @@ Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, const TileConfig&
     os << "split_k outside [1, " << kMaxSplitK << "]: split_k = " << split_k;
     throw InvalidArgument(os.str());
   }
-  if (config.persistent && split_k != 1) {
+  if (!config.splits() && split_k != 1) {
     throw InvalidArgument(config.name() + " runs unsplit: split_k = " + std::to_string(split_k));
   }
   if (split_k > 1 && reduction == SplitReduction::workspace && !config.workspace_split()) {
@@ -213,7 +220,7 @@ Plan make_plan(std::int64_t m, std::int64_t n, std::int64_t k, const TileConfig&
   p.split_k = split_k;
   p.reduction = split_k > 1 ? reduction : SplitReduction::cluster;
   p.m_tiles = ceil_div(m, config.block_m);
-  p.n_tiles = ceil_div(n, kBlockN);
+  p.n_tiles = ceil_div(n, config.weight_rows);
   p.k_blocks = ceil_div(k, kBlockK);
   p.programmatic = launches_programmatically(config);
   return p;
@@ -255,6 +262,7 @@ struct TileCost {
   // What a cluster split saves per 64 rows of band where the band is stored through TMA
   // (Plan::cluster_band_rows), for the entries fitted before it was (run 105).
   double tma_band_saving_us_per_64_rows = 0.0;
+  int weight_rows = kBlockN;
 };
 // Run 105 reduced and stored m128 split 2's 64-row band in 2.05 us instead of 2.82: a cluster split
 // whose band leaves through TMA (Plan::cluster_band_rows) is charged that much less per 64 rows of
@@ -356,11 +364,18 @@ constexpr TileCost kTileCosts[] = {
     // on its fastest plan or within 1%; with the ratio's split term (3.14) G2 split 3 displaced m64 G4
     // split 2 at W13 M = 128 and seed M = 200-256, 0.5-2.8% slower.
     {128, false, 2, 2.85, 3.26, 0.3775, 0.0, 0.0, kTmaBandSaving},
+    // The wide tiles, unsplit: fixed part and K block through the two one-wave points each of run
+    // 166's prototype timed (an H100: W2 at M = 4 x block_m, K = 2048, and N = 4224 at K = 6144; its
+    // epilogue stored fp32 from the fragments, not the kernel's TMA store). The long fixed part is
+    // the ring's start and that epilogue; ~0.45 us per K block is ~80-87% of the tensor rate.
+    {128, false, 2, 7.37, 0.0, 0.448, 0.0, 0.0, 0.0, kWideWeightRows},
+    {112, false, 2, 6.90, 0.0, 0.461, 0.0, 0.0, 0.0, kWideWeightRows},
 };
 
 const TileCost& tile_cost(const TileConfig& config) {
   for (const TileCost& c : kTileCosts) {
-    if (c.block_m == config.block_m && c.persistent == config.persistent && c.copy_group == config.copy_group) {
+    if (c.block_m == config.block_m && c.persistent == config.persistent && c.copy_group == config.copy_group &&
+        c.weight_rows == config.weight_rows) {
       return c;
     }
   }
@@ -438,7 +453,7 @@ std::vector<PlanCandidate> plan_candidates(std::int64_t m, std::int64_t n, std::
       out.push_back(base);
       continue;
     }
-    for (int split = 1; split <= (c.persistent ? 1 : max_split); ++split) {
+    for (int split = 1; split <= (c.splits() ? max_split : 1); ++split) {
       for (const SplitReduction reduction : {SplitReduction::cluster, SplitReduction::workspace}) {
         if (reduction == SplitReduction::workspace && (split == 1 || !c.workspace_split())) continue;
         PlanCandidate cand = base;

@@ -213,7 +213,7 @@ TEST(PrefillKernel, EveryConfigurationAndSplitIsExactAndRepeatable) {
     const ReferenceResult ref = reference_gemm(in.a_view(), in.b_view(), in.alpha);
     for (const prefill::TileConfig& c : prefill::tile_configs()) {
       for (int split : {1, 2, 3, 4, 5, 8}) {
-        if (c.persistent && split > 1) continue;  // make_plan refuses it (host-tested)
+        if (!c.splits() && split > 1) continue;  // make_plan refuses it (host-tested)
         for (const prefill::SplitReduction reduction :
              {prefill::SplitReduction::cluster, prefill::SplitReduction::workspace}) {
           if (reduction == prefill::SplitReduction::workspace && (split == 1 || !c.workspace_split())) continue;
@@ -357,7 +357,7 @@ TEST(PrefillKernel, TmaStoreEpilogueIsExactAtEveryEdge) {
         const prefill::Plan plan = prefill::make_plan(p.m, p.n, p.k, c, 1);
         SCOPED_TRACE(repro(plan.describe() + ", " + p.label(), seed));
         expect_exact_and_repeatable(in, ref, plan, 2);
-        if (!c.persistent) {
+        if (c.splits()) {
           for (const int n_split : {2, 3, 4, 8}) {
             const prefill::Plan cluster = prefill::make_plan(p.m, p.n, p.k, c, n_split);
             SCOPED_TRACE(repro(cluster.describe() + " (band rows " + std::to_string(cluster.cluster_band_rows()) + "), " +
@@ -445,7 +445,7 @@ TEST(PrefillKernel, RandomDataWithSplitKMatchesTheReferenceRepeatably) {
   const ReferenceResult ref = reference_gemm(in.a_view(), in.b_view(), in.alpha);
   for (const prefill::TileConfig& c : prefill::tile_configs()) {
     for (int split : {1, 4}) {
-      if (c.persistent && split > 1) continue;  // make_plan refuses it (host-tested)
+      if (!c.splits() && split > 1) continue;  // make_plan refuses it (host-tested)
       const prefill::Plan plan = prefill::make_plan(p.m, p.n, p.k, c, split);
       SCOPED_TRACE(repro(plan.describe() + ", " + p.label(), seed));
       DeviceGemm d = upload(in, plan);
@@ -583,6 +583,7 @@ TEST(PrefillKernel, DISABLED_Timeline) {
     if (!siblings || pick.config.persistent) continue;
     for (const prefill::TileConfig& c : prefill::tile_configs()) {
       if (c.block_m != pick.config.block_m || c.persistent || c.name() == pick.config.name() ||
+          (pick.split_k > 1 && !c.splits()) ||
           !prefill::check_tile_config(c, gpu()).is_ok() ||
           (pick.reduction == prefill::SplitReduction::workspace && !c.workspace_split())) {
         continue;

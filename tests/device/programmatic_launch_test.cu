@@ -194,7 +194,7 @@ TEST(PrefillKernel, ProgrammaticLaunchWaitsForThePreviousKernel) {
     cuda::DeviceBuffer<std::uint8_t> packed(prefill::pack_weights(race.in.b_fp4).bytes);
     for (const prefill::TileConfig& c : prefill::tile_configs()) {
       for (int split : {1, 3, -3}) {  // -3: split 3 with a workspace reduction
-        if ((c.persistent && split != 1) || (split < 0 && !c.workspace_split())) continue;
+        if ((!c.splits() && split != 1) || (split < 0 && !c.workspace_split())) continue;
         const prefill::Plan plan = prefill::make_plan(
             s.m, s.n, s.k, c, split < 0 ? -split : split,
             split < 0 ? prefill::SplitReduction::workspace : prefill::SplitReduction::cluster);

@@ -851,6 +851,226 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
 #endif
 }
 
+// A wide tile (KERNELS-prefill item 1f): kWideWeightRows = 192 weight rows x BM activation rows, three
+// consumer warpgroups and a producer warpgroup, unsplit, one tile per CTA (CTA = row tile x n tiles
+// + weight tile). The consumers' loop is the m128 kernel's (register-A m64nBMk16, one wgmma group in
+// flight, the ring unrolled by its 2 fragment buffers); copy groups of GROUP K blocks bring the
+// activations in one 3D tensor copy (2D copies where the group holds a partial last K block) and
+// each of the two packed 128-row chunks that the tile's 64-row slices lie in with one bulk copy (a
+// chunk past N is not copied: the slices in it lie past N, and their outputs are not stored). Same
+// parameters as prefill_gemm_kernel so that one launch serves both; the half-tile, edge and split
+// arguments are unused. 512 threads: ptxas gives each 128 registers (launch bound), so no setmaxnreg.
+template <int BM, int STAGES, int GROUP>
+__global__ void __launch_bounds__(128 * (kWideWeightRows / 64 + 1), 1)
+    prefill_wide_kernel(const __grid_constant__ CUtensorMap act_map, const __grid_constant__ CUtensorMap act_half_map,
+                        const __grid_constant__ CUtensorMap act_group_map,
+                        const __grid_constant__ CUtensorMap act_edge_map,
+                        const __grid_constant__ CUtensorMap act_half_edge_map, int k_tail,
+                        const std::uint8_t* __restrict__ weights, void* __restrict__ out, OutputType out_type, int m,
+                        int n, int k_blocks, int split_k, float alpha, std::uint64_t* __restrict__ timeline,
+                        const __grid_constant__ CUtensorMap out_map, const __grid_constant__ CUtensorMap out_part_map,
+                        int tma_store, int programmatic, std::uint8_t* __restrict__ workspace,
+                        const std::uint8_t* __restrict__ act_codes, const std::uint8_t* __restrict__ act_scales) {
+#if FP4GAP_PREFILL_SM90A
+  constexpr int kWarpgroups = kWideWeightRows / 64;
+  constexpr int kBuffers = 2;  // one wgmma group in flight
+  static_assert(STAGES % kBuffers == 0 && STAGES % GROUP == 0, "the ring unrolls by whole buffer and copy groups");
+  constexpr std::uint32_t kActStageBytes = BM * kBlockK * 2;
+  constexpr int kAccW = BM / 2;
+  if (timeline != nullptr && threadIdx.x == 0) {
+    timeline[static_cast<std::size_t>(blockIdx.x) * kTimelineFields] = ptx::global_timer();
+  }
+  extern __shared__ std::uint8_t smem_raw[];
+  const std::uint32_t raw_addr = ptx::smem_addr(smem_raw);
+  const std::uint32_t act_smem = (raw_addr + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1 KB
+  // Weight chunks chunk-major ([2][STAGES][kChunkBytes]): a group's stages of one chunk are contiguous.
+  const std::uint32_t wgt_smem = act_smem + STAGES * kActStageBytes;
+  const std::uint32_t bar_base = wgt_smem + 2 * STAGES * kChunkBytes;
+  auto full_bar = [&](int s) { return bar_base + 8u * s; };
+  auto empty_bar = [&](int s) { return bar_base + 8u * (STAGES + s); };
+  const int n_tiles = (n + kWideWeightRows - 1) / kWideWeightRows;
+  const int tile = static_cast<int>(blockIdx.x) % n_tiles;
+  const int row0 = static_cast<int>(blockIdx.x) / n_tiles * BM;
+  const int chunk0 = 3 * tile / 2;  // the packed 128-row chunk holding the tile's first 64-row slice
+  const int chunks = min(2, (n + kBlockN - 1) / kBlockN - chunk0);
+  // The K range runs in whole passes over the ring: the blocks past K get zero activations (the
+  // tensor copy fills what lies past K with zeros) and no weight copy, so their wgmmas add only
+  // zero products to finite weights: the weight stages are zeroed first, and then only ever hold
+  // dequantizable chunks (pack_weights refuses NaN scales).
+  const int padded_blocks = (k_blocks + STAGES - 1) / STAGES * STAGES;
+  for (int i = static_cast<int>(threadIdx.x); i < 2 * STAGES * kChunkBytes / 16; i += static_cast<int>(blockDim.x)) {
+    ptx::st_shared_v4_u32(wgt_smem + 16u * static_cast<std::uint32_t>(i), 0u, 0u, 0u, 0u);
+  }
+  ptx::fence_proxy_async();  // the generic-proxy zeros, before the copy engine writes these bytes
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      ptx::mbarrier_init(full_bar(s), 1);
+      ptx::mbarrier_init(empty_bar(s), 4 * kWarpgroups);  // one arrival per consumer warp
+    }
+    ptx::fence_barrier_init();
+  }
+  __syncthreads();
+  const int warpgroup = static_cast<int>(threadIdx.x) / 128, tid = static_cast<int>(threadIdx.x) % 128;
+  if (warpgroup == kWarpgroups) {
+    // ---- producer ----
+    if (tid != 0) return;
+    ptx::prefetch_tensor_map(&act_group_map);
+    cuda::wait_for_previous_grid();  // the activations may come from the previous kernel
+    int stage = 0;
+    std::uint32_t phase = 0;
+    for (int kb = 0; kb < padded_blocks; kb += GROUP) {
+      const int nb = max(0, min(GROUP, k_blocks - kb));  // blocks inside K: their weights are copied
+      // A group holding a partial last K block comes one 2D copy per block: the 3D map has no
+      // column bound inside a block. Either way all GROUP stages get activations, zeros past K.
+      const bool act_2d = k_tail && kb < k_blocks && kb + GROUP >= k_blocks;
+      ptx::mbarrier_wait(empty_bar(stage + GROUP - 1), phase ^ 1);  // released in order
+      ptx::mbarrier_arrive_expect_tx(full_bar(stage),
+                                     GROUP * kActStageBytes + static_cast<std::uint32_t>(chunks * nb * kChunkBytes));
+      // The group's other stages: the consumers pass them once the group's first has completed.
+      for (int j = 1; j < GROUP; ++j) ptx::mbarrier_arrive(full_bar(stage + j));
+      if (act_2d) {
+        for (int j = 0; j < GROUP; ++j) {
+          ptx::tma_load_2d(act_smem + (stage + j) * kActStageBytes, &act_map, full_bar(stage), (kb + j) * kBlockK, row0);
+        }
+      } else {
+        ptx::tma_load_3d(act_smem + stage * kActStageBytes, &act_group_map, full_bar(stage), 0, row0, kb);
+      }
+      for (int c = 0; c < chunks && nb > 0; ++c) {
+        ptx::bulk_load(wgt_smem + static_cast<std::uint32_t>((c * STAGES + stage) * kChunkBytes),
+                       weights + chunk_offset(chunk0 + c, kb, k_blocks), nb * kChunkBytes, full_bar(stage));
+      }
+      const bool wrap = stage == STAGES - GROUP;
+      stage = wrap ? 0 : stage + GROUP;
+      phase ^= wrap ? 1u : 0u;
+    }
+    return;
+  }
+  // ---- consumers ---- Warpgroup w owns the tile's 64-row slice 3 tile + w: half `slice % 2` of
+  // chunk `slice / 2`.
+  const int slice = 3 * tile + warpgroup, chunk = slice / 2 - chunk0, half = slice % 2;
+  const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const std::uint32_t chunk_smem = wgt_smem + static_cast<std::uint32_t>(chunk * STAGES * kChunkBytes);
+  const std::uint32_t code_addr = chunk_smem + chunk_code_word_offset(half, tid, 0);
+  const std::uint32_t scale_addr = chunk_smem + chunk_scale_offset(64 * half + 16 * warp + g, 0);
+  constexpr std::uint32_t kScaleRow8 = chunk_scale_offset(8, 0) - chunk_scale_offset(0, 0);
+  const std::uint64_t desc0 = ptx::sw128_kmajor_desc(act_smem);
+  const std::uint32_t desc_lo = static_cast<std::uint32_t>(desc0);
+  const std::uint64_t desc_hi = desc0 & ~std::uint64_t{0xFFFFFFFFu};
+  float acc[kAccW];
+#pragma unroll
+  for (int i = 0; i < kAccW; ++i) acc[i] = 0.0f;
+  std::uint32_t frag[kBuffers][4][4];
+  std::uint32_t phase = 0;
+  // K block `block` at ring stage `stg` into fragment buffer B: wait, dequantize, issue, commit;
+  // then the block before is complete and its stage goes back to the producer.
+  auto consume = [&](int stg, auto buffer, int block) {
+    constexpr int B = decltype(buffer)::value;
+    ptx::mbarrier_wait(full_bar(stg), phase);
+    const std::uint32_t wgt_stage = static_cast<std::uint32_t>(stg) * kChunkBytes;
+    const uint4 codes = ptx::ld_shared_v4_u32(code_addr + wgt_stage);
+    const std::uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
+    decode::dequant_block_fragments<decode::Math::w4a16>(words, ptx::ld_shared_u32(scale_addr + wgt_stage),
+                                                         ptx::ld_shared_u32(scale_addr + wgt_stage + kScaleRow8),
+                                                         frag[B]);
+    const std::uint32_t act_desc_lo = desc_lo + static_cast<std::uint32_t>(stg) * (kActStageBytes >> 4);
+    std::uint64_t desc[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      desc[j] = desc_hi | (act_desc_lo + (32u >> 4) * j);
+      ptx::fence_register(desc[j]);
+#pragma unroll
+      for (int r = 0; r < 4; ++r) ptx::fence_register(frag[B][j][r]);
+    }
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int j = 0; j < 4; ++j) Wgmma<BM>::mma(acc, frag[B][j], desc[j]);
+    ptx::wgmma_commit();
+    ptx::wgmma_wait<1>();
+    if (block > 0 && lane == 0) ptx::mbarrier_arrive(empty_bar(stg == 0 ? STAGES - 1 : stg - 1));
+    if (stg == STAGES - 1) phase ^= 1u;
+  };
+  if (timeline != nullptr && threadIdx.x == 0) {
+    ptx::mbarrier_wait(full_bar(0), 0);
+    timeline[static_cast<std::size_t>(blockIdx.x) * kTimelineFields + 1] = ptx::global_timer();
+  }
+  // Whole passes over the ring, every stage a constant (the K range padded to them, see above: a
+  // tail at a runtime stage, or under conditions, needs registers the 512 threads do not have and
+  // ptxas serializes the wgmmas).
+  for (int it = 0; it < padded_blocks; it += STAGES) {
+    [&]<int... S>(std::integer_sequence<int, S...>) {
+      (consume(S, std::integral_constant<int, S % kBuffers>{}, it + S), ...);
+    }(std::make_integer_sequence<int, STAGES>{});
+  }
+  ptx::wgmma_wait<0>();
+#pragma unroll
+  for (int i = 0; i < kAccW; ++i) ptx::fence_register(acc[i]);
+  if (timeline != nullptr && threadIdx.x == 0) {
+    std::uint64_t* f = timeline + static_cast<std::size_t>(blockIdx.x) * kTimelineFields;
+    const std::uint64_t now = ptx::global_timer();
+    f[2] = f[6] = f[7] = now;
+    f[5] = 0;  // SM cycles of the main loop: not counted (a register the 512 threads cannot spare)
+  }
+  if (threadIdx.x == 0) cuda::allow_dependent_launch();
+  const int frag_col = tile * kWideWeightRows + 64 * warpgroup + 16 * warp + g;  // output column of acc[4i]
+  if (tma_store) {
+    // As the m128 kernel's whole tile: stmatrix into the (now idle) ring as three 64-column parts in
+    // the 128-byte swizzle, one per warpgroup, then one thread stores them through the output map
+    // (box 64 x BM), which clips rows >= M and columns >= N.
+    ptx::fence_proxy_async();  // the ring: wgmma read it through the async proxy
+    ptx::named_barrier(1, kWarpgroups * 128);
+    const std::uint32_t part_base = act_smem + static_cast<std::uint32_t>(warpgroup) * (BM * 128u);
+    const int q = lane / 8, r = lane % 8;
+    const std::uint32_t chunk16 = static_cast<std::uint32_t>(2 * warp + (q & 1));
+    auto pack = [&](float lo, float hi) { return pack_output_pair(out_type, alpha * lo, alpha * hi); };
+#pragma unroll
+    for (int i = 0; i < kAccW / 4; i += 2) {
+      const int row = 8 * (i + q / 2) + r;
+      const std::uint32_t addr = part_base + static_cast<std::uint32_t>(row) * 128u + ((chunk16 ^ (row & 7)) << 4);
+      ptx::stmatrix_x4_trans(addr, pack(acc[4 * i], acc[4 * i + 1]), pack(acc[4 * i + 2], acc[4 * i + 3]),
+                             pack(acc[4 * i + 4], acc[4 * i + 5]), pack(acc[4 * i + 6], acc[4 * i + 7]));
+    }
+    ptx::fence_proxy_async();  // the generic-proxy writes above, before the copy engine reads them
+    ptx::named_barrier(1, kWarpgroups * 128);
+    if (threadIdx.x == 0) {
+      for (int w = 0; w < kWarpgroups; ++w) {
+        ptx::tma_store_2d(&out_map, act_smem + static_cast<std::uint32_t>(w) * (BM * 128u),
+                          tile * kWideWeightRows + 64 * w, row0);
+      }
+      ptx::bulk_commit_group();
+      ptx::bulk_wait_group_read_all();  // shared memory outlives the copy engine's reads
+    }
+  } else {
+    // f32 output, or rows without 16-byte alignment: element stores straight from the fragments
+    // (not tuned). Element e of quad i is output row 8i + 2t + e % 2, column frag_col + 8 (e / 2).
+#pragma unroll
+    for (int i = 0; i < kAccW / 4; ++i) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int gm = row0 + 8 * i + 2 * t + (e & 1), gn = frag_col + ((e >> 1) << 3);
+        if (gm < m && gn < n) store_output(out, out_type, static_cast<std::int64_t>(gm) * n + gn, alpha * acc[4 * i + e]);
+      }
+    }
+  }
+  if (timeline != nullptr && threadIdx.x == 0) {
+    std::uint64_t* f = timeline + static_cast<std::size_t>(blockIdx.x) * kTimelineFields;
+    f[3] = ptx::global_timer();
+    f[4] = ptx::sm_id();
+    // No arrivals watched (prefill_gemm_kernel's producer thread 32 writes them).
+    std::uint64_t* arrivals = timeline + static_cast<std::size_t>(gridDim.x) * kTimelineFields +
+                              static_cast<std::size_t>(blockIdx.x) * kTimelineArrivals;
+    for (int j = 0; j < kTimelineArrivals; ++j) arrivals[j] = 0;
+  }
+#else
+  __trap();
+#endif
+  (void)act_half_map, (void)act_edge_map, (void)act_half_edge_map, (void)split_k, (void)out_part_map,
+      (void)programmatic, (void)workspace, (void)act_codes, (void)act_scales;
+#if !FP4GAP_PREFILL_SM90A
+  (void)act_map, (void)act_group_map, (void)k_tail, (void)weights, (void)out, (void)out_type, (void)m, (void)n,
+      (void)k_blocks, (void)alpha, (void)timeline, (void)out_map, (void)tma_store;
+#endif
+}
+
 // Writes 1 when the device code of this file was built for sm_90a.
 __global__ void sm90a_probe_kernel(int* flag) { *flag = FP4GAP_PREFILL_SM90A; }
 
@@ -882,8 +1102,9 @@ using KernelFn = void (*)(CUtensorMap, CUtensorMap, CUtensorMap, CUtensorMap, CU
 
 // `dequant_act`: the instantiation taking NVFP4 activations (TileConfig::dequantizes_activations).
 KernelFn kernel_for(const TileConfig& c, bool dequant_act = false) {
-  auto is = [&](int block_m, int stages, bool persistent, int copy_group) {
-    return c.block_m == block_m && c.stages == stages && c.persistent == persistent && c.copy_group == copy_group;
+  auto is = [&](int block_m, int stages, bool persistent, int copy_group, int weight_rows = kBlockN) {
+    return c.block_m == block_m && c.stages == stages && c.persistent == persistent && c.copy_group == copy_group &&
+           c.weight_rows == weight_rows;
   };
   if (dequant_act) {
     if (is(64, 12, false, 1)) return prefill_gemm_kernel<64, 12, false, 1, true>;
@@ -905,6 +1126,8 @@ KernelFn kernel_for(const TileConfig& c, bool dequant_act = false) {
   if (is(208, 6, false, 1)) return prefill_gemm_kernel<208, 6, false, 1>;
   if (is(160, 7, false, 1)) return prefill_gemm_kernel<160, 7, false, 1>;
   if (is(128, 10, false, 2)) return prefill_gemm_kernel<128, 10, false, 2>;
+  if (is(128, 8, false, 2, kWideWeightRows)) return prefill_wide_kernel<128, 8, 2>;
+  if (is(112, 8, false, 2, kWideWeightRows)) return prefill_wide_kernel<112, 8, 2>;
   if (is(32, 12, false, 4)) return prefill_gemm_kernel<32, 12, false, 4>;
   if (is(16, 12, false, 4)) return prefill_gemm_kernel<16, 12, false, 4>;
   if (is(64, 12, false, 4)) return prefill_gemm_kernel<64, 12, false, 4>;

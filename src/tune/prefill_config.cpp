@@ -364,12 +364,13 @@ constexpr TileCost kTileCosts[] = {
     // on its fastest plan or within 1%; with the ratio's split term (3.14) G2 split 3 displaced m64 G4
     // split 2 at W13 M = 128 and seed M = 200-256, 0.5-2.8% slower.
     {128, false, 2, 2.85, 3.26, 0.3775, 0.0, 0.0, kTmaBandSaving},
-    // The wide tiles, unsplit: fixed part and K block through the two one-wave points each of run
-    // 166's prototype timed (an H100: W2 at M = 4 x block_m, K = 2048, and N = 4224 at K = 6144; its
-    // epilogue stored fp32 from the fragments, not the kernel's TMA store). The long fixed part is
-    // the ring's start and that epilogue; ~0.45 us per K block is ~80-87% of the tensor rate.
-    {128, false, 2, 7.37, 0.0, 0.448, 0.0, 0.0, 0.0, kWideWeightRows},
-    {112, false, 2, 6.90, 0.0, 0.461, 0.0, 0.0, 0.0, kWideWeightRows},
+    // The wide tiles, unsplit. K block: run 166's prototype counted 887 / 903 SM cycles per K block
+    // at K = 6144 (m128 / m112 x 192; 953 / 969 at K = 2048), taken at the 1.65 GHz that m256's
+    // entry implies (1053 cycles, 0.638 us). Fixed part: run 167's kernel at W2 M = 400-512 (an
+    // H100, K = 2048: 19.6-20.0 us) less 32 such blocks. The K block is the K = 6144 count, so the
+    // long-K shapes that no run has timed with these tiles are not ranked above what was measured.
+    {128, false, 2, 2.50, 0.0, 0.560, 0.0, 0.0, 0.0, kWideWeightRows},
+    {112, false, 2, 2.10, 0.0, 0.570, 0.0, 0.0, 0.0, kWideWeightRows},
 };
 
 const TileCost& tile_cost(const TileConfig& config) {

@@ -588,16 +588,21 @@ TEST(Cli, PlanForTheH200DatasheetUsesItsMeasuredClusterOccupancy) {
 }
 
 // The idle column: W2 at M = 512 on the 6-stage m256 is 96 CTAs in one wave on 132 SMs (36 idle:
-// 27%); the m128 split 2 plans are 384 CTAs in three waves of 132 (3%).
+// 27%), on the wide m128 (192 weight rows) 128 (3%); the m128 split 2 plans are 384 CTAs in three
+// waves of 132 (3%).
 TEST(Cli, PlanSaysWhatShareOfSmTimeEachPlanLeavesIdle) {
   const CliResult r = run_cli("plan --m 512 --n 6144 --k 2048 --device 'H200 SXM'");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(has(r.out, "  waves   idle  past M  predicted us")) << r.out;
-  const std::string pick = plan_row("sm90a bf16 x nvfp4 m256n128k64 6 stages", 1);
-  const std::size_t at = r.out.find(pick);
-  ASSERT_NE(at, std::string::npos) << r.out;
-  const std::string row = r.out.substr(at, r.out.find('\n', at) - at);
-  EXPECT_TRUE(has(row, "     96      132      1    27%      0%")) << row;
+  for (const auto& [config, fill] :
+       {std::pair{"sm90a bf16 x nvfp4 m256n128k64 6 stages", "     96      132      1    27%      0%"},
+        std::pair{"sm90a bf16 x nvfp4 m128n192k64 8 stages, 2 K blocks per copy", "    128      132      1     3%      0%"}}) {
+    const std::size_t at = r.out.find(plan_row(config, 1).substr(4));  // marked or not
+    ASSERT_NE(at, std::string::npos) << r.out;
+    const std::string row = r.out.substr(at, r.out.find('\n', at) - at);
+    EXPECT_TRUE(has(row, fill)) << row;
+  }
+  EXPECT_TRUE(has(r.out, plan_row("sm90a bf16 x nvfp4 m128n192k64 8 stages, 2 K blocks per copy", 1))) << r.out;
   const std::size_t split = r.out.find("m128n128k64 9 stages                            2    384");
   ASSERT_NE(split, std::string::npos) << r.out;
   EXPECT_TRUE(has(r.out.substr(split, r.out.find('\n', split) - split), "    384      132      3     3%")) << r.out;

@@ -20,7 +20,7 @@ using test::h200_context;
 
 TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
   const std::vector<TileConfig>& configs = tile_configs();
-  ASSERT_EQ(configs.size(), 16u);
+  ASSERT_EQ(configs.size(), 18u);
   EXPECT_EQ(configs[0].name(), "sm90a bf16 x nvfp4 m256n128k64 6 stages");
   EXPECT_EQ(configs[1].name(), "sm90a bf16 x nvfp4 m128n128k64 9 stages");
   EXPECT_EQ(configs[2].name(), "sm90a bf16 x nvfp4 m64n128k64 12 stages");
@@ -42,8 +42,16 @@ TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
   EXPECT_EQ(configs[14].smem_bytes(), 7 * (160 * 128 + 4608) + 112 + 1024);
   EXPECT_EQ(configs[15].name(), "sm90a bf16 x nvfp4 m128n128k64 10 stages, 2 K blocks per copy");
   EXPECT_EQ(configs[15].smem_bytes(), 10 * (128 * 128 + 4608) + 160 + 1024);
-  // Two consumer warpgroups and one producer warpgroup.
-  for (const TileConfig& c : configs) EXPECT_EQ(c.threads(), 384) << c.name();
+  // The wide tiles: 192 weight rows, so a stage holds two packed chunks.
+  EXPECT_EQ(configs[16].name(), "sm90a bf16 x nvfp4 m128n192k64 8 stages, 2 K blocks per copy");
+  EXPECT_EQ(configs[16].smem_bytes(), 8 * (128 * 128 + 2 * 4608) + 128 + 1024);
+  EXPECT_EQ(configs[17].name(), "sm90a bf16 x nvfp4 m112n192k64 8 stages, 2 K blocks per copy");
+  EXPECT_EQ(configs[17].smem_bytes(), 8 * (112 * 128 + 2 * 4608) + 128 + 1024);
+  // Two consumer warpgroups (three for the wide tiles) and one producer warpgroup.
+  for (const TileConfig& c : configs) {
+    EXPECT_EQ(c.threads(), c.weight_rows == kWideWeightRows ? 512 : 384) << c.name();
+    EXPECT_EQ(c.splits(), !c.persistent && c.weight_rows == kBlockN) << c.name();
+  }
   EXPECT_EQ(configs[7].smem_bytes(), 12 * (32 * 128 + 4608) + 192 + 1024);
   EXPECT_EQ(configs[8].smem_bytes(), 12 * (16 * 128 + 4608) + 192 + 1024);
   // Copy groups change how stages are filled, not what they hold.
@@ -68,7 +76,7 @@ TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
   // The partial tile, then half the rows staged: 131,072 + 67,584 of the m256 ring's 224,256.
   EXPECT_EQ(configs[0].split_epilogue_bytes(), 256 * 128 * 4 + 128 * 132 * 4);
   for (const TileConfig& c : configs) {
-    if (c.persistent) continue;  // never splits, never stages in the ring
+    if (!c.splits()) continue;  // never splits, never stages fp32 in the ring
     EXPECT_LE(c.staged_tile_bytes(), c.stages * c.stage_bytes()) << c.name();
     EXPECT_LE(c.split_epilogue_bytes(), c.stages * c.stage_bytes()) << c.name();
   }
@@ -120,7 +128,7 @@ TEST(PrefillConfig, ActivationDequantInTheKernelNeedsANarrowTileWholeKBlocksAndS
   const std::int64_t h200_smem = h200_context().smem_per_block_optin;
   int narrow = 0;
   for (const TileConfig& c : tile_configs()) {
-    const Plan plan = make_plan(16, 2048, 6144, c, 1 + (c.persistent ? 0 : 7));  // split 8: 12 K blocks per CTA
+    const Plan plan = make_plan(16, 2048, 6144, c, c.splits() ? 8 : 1);  // split 8: 12 K blocks per CTA
     const Status s = check_activation_dequant_in_kernel(plan, 6144, h200_smem);
     EXPECT_EQ(s.is_ok(), c.dequantizes_activations()) << c.name() << ": " << s.reason;
     EXPECT_EQ(c.dequantizes_activations(), !c.persistent && c.block_m <= 64) << c.name();
@@ -238,7 +246,7 @@ TEST(PrefillConfig, ClusterBandsCoverTheTileInWholeStoreBoxes) {
   // For every tile and cluster split the copy engine stores: the CTAs' bands are contiguous,
   // none empty, cover all block_m rows, and each is a whole number of the tensor map's boxes.
   for (const TileConfig& c : tile_configs()) {
-    if (c.persistent) continue;  // runs unsplit
+    if (!c.splits()) continue;  // runs unsplit
     for (int split = 2; split <= kMaxSplitK; ++split) {
       const int rows = make_plan(512, 2048, 6144, c, split).cluster_band_rows();
       if (rows == 0) continue;
@@ -422,6 +430,7 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
     bool persistent;
     SplitReduction reduction = SplitReduction::cluster;
     int copy_group = 1;
+    int weight_rows = kBlockN;
   };
   constexpr SplitReduction kCluster = SplitReduction::cluster;
   // The sweep's fastest plan at each point (run 14, graph us, cold inputs; M <= 64: run 16, the
@@ -449,7 +458,10 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
                        Case{1024, 2048, 6144, 128, 1, false, kCluster, 3},
                        // Run 48: 65.66 (persistent, one tile per CTA: 67.10; run 45: 66.20 / 68.35)
                        Case{1024, 4096, 6144, 256, 1, false},
-                       Case{384, 6144, 2048, 192, 1, false},    // run 48: 20.40 (persistent: 21.48)
+                       // run 48: m192 20.40 (persistent: 21.48); since run 167 the wide m112, 128 tiles:
+                       // 19.62 us at M = 400 (the same tiles), where runs 166-167 timed m192 at M = 384
+                       // 19.73-19.8 (an H100)
+                       Case{384, 6144, 2048, 112, 1, false, kCluster, 2, kWideWeightRows},
                        Case{768, 4096, 6144, 192, 1, false},    // run 48: 54.51 (persistent: 56.60)
                        Case{4096, 4096, 6144, 256, 1, true},    // 301.61
                        // Run 112, replayed for 1 s at the power cap: 155.94 (6-stage: 167.96), 80.56
@@ -494,7 +506,10 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
                        // Just past a multiple of 192: runs 145-146's `fp4gap tune` (an H100), m208
                        Case{400, 4096, 6144, 208, 2, false},  // 36.61 (m128 G3: 36.94)
                        Case{800, 4096, 6144, 208, 1, false},  // 60.95 (m256: 62.90)
-                       Case{400, 6144, 2048, 208, 1, false},  // 22.43 (m256: 23.93)
+                       // 22.43 (m256: 23.93); run 167 (an H100): the wide m112 19.62 against m208's 22.59
+                       Case{400, 6144, 2048, 112, 1, false, kCluster, 2, kWideWeightRows},
+                       // Run 167: the wide m128 19.99 against m256's 24.52 (cuBLAS BF16: 19.7)
+                       Case{512, 6144, 2048, 128, 1, false, kCluster, 2, kWideWeightRows},
                        // Just past a multiple of 64: run 139's `fp4gap tune` (an H100), m80 G4 (the
                        // runner-up in brackets); seed M = 72 is the point that set m80's workspace term
                        Case{72, 4096, 6144, 80, 4, false, SplitReduction::workspace, 4},  // 14.42 (split 3: 15.37)
@@ -524,6 +539,7 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
     EXPECT_EQ(p.reduction, c.reduction) << c.m << "x" << c.n << "x" << c.k << ": " << p.describe();
     EXPECT_EQ(p.config.persistent, c.persistent) << c.m << "x" << c.n << "x" << c.k << ": " << p.describe();
     EXPECT_EQ(p.config.copy_group, c.copy_group) << c.m << "x" << c.n << "x" << c.k << ": " << p.describe();
+    EXPECT_EQ(p.config.weight_rows, c.weight_rows) << c.m << "x" << c.n << "x" << c.k << ": " << p.describe();
   }
 }
 
@@ -618,13 +634,13 @@ TEST(PrefillPolicy, CandidatesCoverEveryPlanAndSayWhyOthersCannotRun) {
   const std::vector<PlanCandidate> c = plan_candidates(512, 2048, 6144, small, no_threes);
   // In tile_configs() order: m256, m128, m64, the persistent m256, the two m192 configs and m128
   // with copy groups unfit, then m32 and m16 x split 1, and splits 2..8 each with a cluster and
-  // then a workspace reduction, then m64 with copy groups, m144, m80, m96, m208, m160 and the
-  // 10-stage m128 unfit.
+  // then a workspace reduction, then m64 with copy groups, m144, m80, m96, m208, m160, the
+  // 10-stage m128 and the two wide tiles unfit.
   constexpr std::size_t kPerConfig = 1 + 2 * (kMaxSplitK - 1);
   constexpr std::size_t kUnfit[] = {0, 1, 2, 3, 4, 5, 6, 7 + 2 * kPerConfig, 8 + 2 * kPerConfig, 9 + 2 * kPerConfig,
                                     10 + 2 * kPerConfig, 11 + 2 * kPerConfig, 12 + 2 * kPerConfig,
-                                    13 + 2 * kPerConfig};
-  ASSERT_EQ(c.size(), 14u + 2 * kPerConfig);
+                                    13 + 2 * kPerConfig, 14 + 2 * kPerConfig, 15 + 2 * kPerConfig};
+  ASSERT_EQ(c.size(), 16u + 2 * kPerConfig);
   for (const std::size_t i : kUnfit) {
     EXPECT_EQ(c[i].status.code, StatusCode::not_supported) << c[i].config.name();
     EXPECT_NE(c[i].status.reason.find(std::to_string(c[i].config.smem_bytes())), std::string::npos) << c[i].status.reason;
@@ -659,6 +675,34 @@ TEST(PrefillPolicy, CandidatesCoverEveryPlanAndSayWhyOthersCannotRun) {
   EXPECT_EQ(chosen.describe(), best->plan.describe());
 }
 
+// A wide tile covers 192 weight rows (three consumer warpgroups) and runs unsplit: its plans count
+// weight tiles of 192, make_plan refuses a split naming the rule, and the policy weighs split 1 only.
+TEST(PrefillPlan, WideTilesCover192WeightRowsAndRunUnsplit) {
+  const TileConfig& wide = tile_configs()[16];
+  ASSERT_EQ(wide.weight_rows, kWideWeightRows) << wide.name();
+  EXPECT_EQ(wide.consumer_warpgroups(), 3);
+  EXPECT_EQ(wide.stage_bytes(), 128 * 128 + 2 * kChunkBytes);
+  const Plan p = make_plan(500, 6144 + 100, 2048, wide, 1);
+  EXPECT_EQ(p.n_tiles, 33);  // 32 whole tiles and one of 100 rows
+  EXPECT_EQ(p.m_tiles, 4);
+  EXPECT_EQ(p.ctas(), 132);
+  EXPECT_FALSE(wide.workspace_split());
+  EXPECT_FALSE(wide.dequantizes_activations());
+  try {
+    static_cast<void>(make_plan(500, 6144, 2048, wide, 2));
+    ADD_FAILURE() << wide.name() << " accepted split 2";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("runs unsplit: split_k = 2"), std::string::npos) << e.what();
+  }
+  int wide_candidates = 0;
+  for (const PlanCandidate& c : plan_candidates(512, 6144, 2048, h200_context())) {
+    if (c.config.weight_rows != kWideWeightRows) continue;
+    ++wide_candidates;
+    EXPECT_EQ(c.split_k, 1) << c.config.name();
+  }
+  EXPECT_EQ(wide_candidates, 2);
+}
+
 TEST(PrefillPlan, WorkspaceReductionNeedsANarrowTileAndSaysHowManyBytes) {
   const TileConfig m16 = tile_configs()[8];
   ASSERT_EQ(m16.block_m, 16);
@@ -672,12 +716,14 @@ TEST(PrefillPlan, WorkspaceReductionNeedsANarrowTileAndSaysHowManyBytes) {
   EXPECT_EQ(clustered.cluster_size(), 3);
   EXPECT_EQ(make_plan(300, 200, 576, m16, 1, SplitReduction::workspace).reduction, SplitReduction::cluster);
   for (const TileConfig& c : tile_configs()) {
-    if (c.workspace_split() || c.persistent) continue;  // a persistent config refuses any split
+    if (c.workspace_split()) continue;
     try {
       static_cast<void>(make_plan(300, 200, 576, c, 2, SplitReduction::workspace));
       ADD_FAILURE() << c.name() << " accepted a workspace reduction";
     } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find("at most 64 rows"), std::string::npos) << e.what();
+      // A persistent config or a wide tile refuses any split.
+      const std::string rule = c.splits() ? "at most 64 rows" : "runs unsplit: split_k = 2";
+      EXPECT_NE(std::string(e.what()).find(rule), std::string::npos) << e.what();
     }
   }
 }

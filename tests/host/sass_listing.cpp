@@ -155,7 +155,9 @@ std::vector<std::string> audit_gemm_kernels(const std::vector<KernelListing>& ke
   std::set<std::string> archs_with_decode;
   bool sm90a_prefill = false;
   for (const KernelListing& k : kernels) {
-    const bool prefill = k.mangled.find("prefill_gemm_kernel") != std::string::npos && k.arch == "sm_90a";
+    const bool prefill = (k.mangled.find("prefill_gemm_kernel") != std::string::npos ||
+                          k.mangled.find("prefill_wide_kernel") != std::string::npos) &&
+                         k.arch == "sm_90a";
     const bool decode = k.mangled.find("decode_gemm_kernel") != std::string::npos ||
                         k.mangled.find("decode_stream_kernel") != std::string::npos;
     if (!prefill && !decode) continue;

@@ -293,13 +293,13 @@ TEST(TunedPlan, RunsTheFastestVerifiedPlanOfTheActiveCache) {
   clear_active_cache();
 }
 
-// W2 at M = 512, where the policy runs the 6-stage m256 unsplit, launched plainly as its
+// W13 at M = 1024, where the policy runs the 6-stage m256 unsplit, launched plainly as its
 // configuration launches; fp4gap tune also times it launched programmatically.
 Entry launch_entry(const DeviceContext& device, double plain_us, double programmatic_us) {
   const prefill::TileConfig& m256 = prefill::tile_configs()[0];
   Entry e;
   e.device = device_key(device);
-  e.problem = ProblemKey{"fp4gap-prefill-w4a16", 512, 6144, 2048, OutputType::bf16};
+  e.problem = ProblemKey{"fp4gap-prefill-w4a16", 1024, 4096, 6144, OutputType::bf16};
   e.policy_config = m256.name();
   e.measured.push_back(measured(m256, 1, false, 23.4, plain_us));
   MeasuredPlan flipped = measured(m256, 1, false, 23.4, programmatic_us);
@@ -327,7 +327,7 @@ TEST(TuneCache, ALaunchModeOverrideRoundTripsAndIsNotThePolicysPick) {
 
 TEST(TunedPlan, ALaunchModeMeasuredFasterIsTheOneRun) {
   const DeviceContext device = h200_context();
-  const auto candidates = prefill::plan_candidates(512, 6144, 2048, device);
+  const auto candidates = prefill::plan_candidates(1024, 4096, 6144, device);
   const prefill::Plan policy = prefill::best_candidate(candidates)->plan;
   ASSERT_EQ(policy.config.name(), prefill::tile_configs()[0].name()) << policy.describe();
   ASSERT_FALSE(policy.programmatic);
@@ -339,7 +339,7 @@ TEST(TunedPlan, ALaunchModeMeasuredFasterIsTheOneRun) {
     cache.save(path);
     use_cache_file(path);
     const prefill::TunedChoice t =
-        prefill::tuned_plan("fp4gap-prefill-w4a16", 512, 6144, 2048, OutputType::bf16, device, candidates, policy);
+        prefill::tuned_plan("fp4gap-prefill-w4a16", 1024, 4096, 6144, OutputType::bf16, device, candidates, policy);
     ASSERT_TRUE(t.plan.has_value()) << t.note;
     EXPECT_EQ(t.plan->describe(), policy.describe());
     const bool faster = programmatic_us < plain_us;
@@ -379,10 +379,10 @@ TEST(TuneCache, WhatRanBeforeTheTimedLaunchesRoundTripsAndIsNamedWhereFollowed) 
   const std::string path = temp_path("after-norm.json");
   cache.save(path);
   use_cache_file(path);
-  const auto candidates = prefill::plan_candidates(512, 6144, 2048, device);
+  const auto candidates = prefill::plan_candidates(1024, 4096, 6144, device);
   const prefill::Plan policy = prefill::best_candidate(candidates)->plan;
   const prefill::TunedChoice t =
-      prefill::tuned_plan("fp4gap-prefill-w4a16", 512, 6144, 2048, OutputType::bf16, device, candidates, policy);
+      prefill::tuned_plan("fp4gap-prefill-w4a16", 1024, 4096, 6144, OutputType::bf16, device, candidates, policy);
   ASSERT_TRUE(t.plan.has_value()) << t.note;
   EXPECT_FALSE(t.plan->programmatic);
   EXPECT_EQ(t.note, "tuned on this device (timed after norm): 20.84 us against the policy's pick's 20.84");

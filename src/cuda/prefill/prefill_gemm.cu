@@ -119,6 +119,26 @@ __device__ __forceinline__ std::uint32_t pack_output_pair(OutputType type, float
   return v;
 }
 
+// Writes one consumer warpgroup's accumulators (a thread's W / 2, W = the tile's activation rows)
+// as its 64 output columns x W output rows of a 16-bit tile at `part`, in the 128-byte swizzle
+// (chunk c of row r at chunk c ^ (r % 8)), alpha applied, for a TMA store (box 64 columns): each
+// warp transposes its fragments with stmatrix (the D^T fragment of a thread is word t of row g of
+// an 8x8 block; .trans writes D rows).
+template <int kAcc>
+__device__ __forceinline__ void stage_output_part(std::uint32_t part, const float (&acc)[kAcc], int warp, int lane,
+                                                  OutputType out_type, float alpha) {
+  const int q = lane / 8, r = lane % 8;
+  const std::uint32_t chunk = static_cast<std::uint32_t>(2 * warp + (q & 1));
+  auto pack = [&](float lo, float hi) { return pack_output_pair(out_type, alpha * lo, alpha * hi); };
+#pragma unroll
+  for (int i = 0; i < kAcc / 4; i += 2) {
+    const int row = 8 * (i + q / 2) + r;
+    const std::uint32_t addr = part + static_cast<std::uint32_t>(row) * 128u + ((chunk ^ (row & 7)) << 4);
+    ptx::stmatrix_x4_trans(addr, pack(acc[4 * i], acc[4 * i + 1]), pack(acc[4 * i + 2], acc[4 * i + 3]),
+                           pack(acc[4 * i + 4], acc[4 * i + 5]), pack(acc[4 * i + 6], acc[4 * i + 7]));
+  }
+}
+
 // Stores rows [0, rows) of the staged fp32 tile (alpha applied) to D[m0 + r][n0 + c], 16 bytes per
 // thread and store where the row allows it (N a multiple of 8 elements for 16-bit outputs, 4 for
 // f32), element by element at the N edge otherwise.
@@ -667,17 +687,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
         ptx::named_barrier(1, kConsumerWarpgroups * 128);
         // A half tile's rows are the staging's first BM / 2 rows of each 64-column half, which its
         // tensor map (box BM / 2 rows) stores.
-        const std::uint32_t half_base = base + static_cast<std::uint32_t>(warpgroup) * (BM * 128u);
-        const int q = lane / 8, r = lane % 8;
-        const std::uint32_t chunk = static_cast<std::uint32_t>(2 * warp + (q & 1));
-        auto pack = [&](float lo, float hi) { return pack_output_pair(out_type, alpha * lo, alpha * hi); };
-#pragma unroll
-        for (int i = 0; i < kAccW / 4; i += 2) {
-          const int row = 8 * (i + q / 2) + r;
-          const std::uint32_t addr = half_base + static_cast<std::uint32_t>(row) * 128u + ((chunk ^ (row & 7)) << 4);
-          ptx::stmatrix_x4_trans(addr, pack(acc[4 * i], acc[4 * i + 1]), pack(acc[4 * i + 2], acc[4 * i + 3]),
-                                 pack(acc[4 * i + 4], acc[4 * i + 5]), pack(acc[4 * i + 6], acc[4 * i + 7]));
-        }
+        stage_output_part(base + static_cast<std::uint32_t>(warpgroup) * (BM * 128u), acc, warp, lane, out_type, alpha);
         ptx::fence_proxy_async();  // the generic-proxy writes above, before the copy engine reads them
         ptx::named_barrier(1, kConsumerWarpgroups * 128);
         if (threadIdx.x == 0) {
@@ -1018,17 +1028,7 @@ __global__ void __launch_bounds__(128 * (kWideWeightRows / 64 + 1), 1)
     // (box 64 x BM), which clips rows >= M and columns >= N.
     ptx::fence_proxy_async();  // the ring: wgmma read it through the async proxy
     ptx::named_barrier(1, kWarpgroups * 128);
-    const std::uint32_t part_base = act_smem + static_cast<std::uint32_t>(warpgroup) * (BM * 128u);
-    const int q = lane / 8, r = lane % 8;
-    const std::uint32_t chunk16 = static_cast<std::uint32_t>(2 * warp + (q & 1));
-    auto pack = [&](float lo, float hi) { return pack_output_pair(out_type, alpha * lo, alpha * hi); };
-#pragma unroll
-    for (int i = 0; i < kAccW / 4; i += 2) {
-      const int row = 8 * (i + q / 2) + r;
-      const std::uint32_t addr = part_base + static_cast<std::uint32_t>(row) * 128u + ((chunk16 ^ (row & 7)) << 4);
-      ptx::stmatrix_x4_trans(addr, pack(acc[4 * i], acc[4 * i + 1]), pack(acc[4 * i + 2], acc[4 * i + 3]),
-                             pack(acc[4 * i + 4], acc[4 * i + 5]), pack(acc[4 * i + 6], acc[4 * i + 7]));
-    }
+    stage_output_part(act_smem + static_cast<std::uint32_t>(warpgroup) * (BM * 128u), acc, warp, lane, out_type, alpha);
     ptx::fence_proxy_async();  // the generic-proxy writes above, before the copy engine reads them
     ptx::named_barrier(1, kWarpgroups * 128);
     if (threadIdx.x == 0) {

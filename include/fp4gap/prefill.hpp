@@ -410,6 +410,24 @@ PackedWeights pack_weights(const Nvfp4Matrix& w);
 FP4GAP_HD constexpr std::int64_t chunk_offset(std::int64_t nt, std::int64_t kb, std::int64_t k_blocks) {
   return (nt * k_blocks + kb) * kChunkBytes;
 }
+
+// A wide tile (TileConfig::weight_rows = kWideWeightRows) reads the packed chunks above: its
+// 64-row slices 3 tile + w (w = its consumer warpgroup) lie in chunks `first` and `first + 1`,
+// slice s being half s % 2 of chunk s / 2. A chunk past N (`count` 1) is not copied: the slices
+// in it lie wholly past N.
+struct WideTileChunks {
+  int first = 0;  // chunk index (the `nt` of chunk_offset)
+  int count = 0;  // chunks that exist: 1 or 2
+};
+FP4GAP_HD constexpr WideTileChunks wide_tile_chunks(int tile, int n) {
+  const int first = 3 * tile / 2;
+  const int chunks = (n + kBlockN - 1) / kBlockN - first;
+  return {first, chunks < 2 ? chunks : 2};
+}
+// The chunk (0 or 1, counted from WideTileChunks::first) and the half (the chunk's warpgroup
+// index) that warpgroup `w` of wide tile `tile` dequantizes.
+FP4GAP_HD constexpr int wide_slice_chunk(int tile, int w) { return (3 * tile + w) / 2 - 3 * tile / 2; }
+FP4GAP_HD constexpr int wide_slice_half(int tile, int w) { return (3 * tile + w) % 2; }
 FP4GAP_HD constexpr int chunk_code_word_offset(int wg, int tid, int j) { return ((wg * 128 + tid) * 4 + j) * 4; }
 FP4GAP_HD constexpr int chunk_scale_offset(int row, int j) { return kChunkCodeBytes + row * 4 + j; }
 

@@ -703,6 +703,31 @@ TEST(PrefillPlan, WideTilesCover192WeightRowsAndRunUnsplit) {
   EXPECT_EQ(wide_candidates, 2);
 }
 
+// Every weight row below N that a wide tile covers is read from a chunk it copies, at the row the
+// packed layout puts it (chunk nt holds rows 128 nt .. 128 nt + 127, warpgroup half h of it rows
+// 64 h ..), exactly once; the chunks it skips hold no row below N.
+TEST(PrefillWeights, WideTilesReadEveryRowBelowNFromAChunkTheyCopy) {
+  for (int n = 1; n <= 1200; ++n) {
+    std::vector<int> reads(static_cast<std::size_t>(n), 0);
+    const int tiles = (n + kWideWeightRows - 1) / kWideWeightRows;
+    for (int tile = 0; tile < tiles; ++tile) {
+      const WideTileChunks chunks = wide_tile_chunks(tile, n);
+      ASSERT_GE(chunks.count, 1) << "N = " << n << ", tile " << tile;
+      ASSERT_LE(chunks.count, 2) << "N = " << n << ", tile " << tile;
+      ASSERT_LT(chunks.first + chunks.count - 1, (n + kBlockN - 1) / kBlockN) << "N = " << n << ", tile " << tile;
+      for (int w = 0; w < 3; ++w) {
+        const int chunk = wide_slice_chunk(tile, w), half = wide_slice_half(tile, w);
+        const std::int64_t row0 = kBlockN * static_cast<std::int64_t>(chunks.first + chunk) + 64 * half;
+        ASSERT_EQ(row0, static_cast<std::int64_t>(kWideWeightRows) * tile + 64 * w) << "N = " << n << ", tile " << tile;
+        if (row0 >= n) continue;  // past N: never stored
+        ASSERT_LT(chunk, chunks.count) << "N = " << n << ", tile " << tile << ", warpgroup " << w;
+        for (std::int64_t r = row0; r < std::min<std::int64_t>(row0 + 64, n); ++r) ++reads[static_cast<std::size_t>(r)];
+      }
+    }
+    for (int r = 0; r < n; ++r) ASSERT_EQ(reads[static_cast<std::size_t>(r)], 1) << "N = " << n << ", row " << r;
+  }
+}
+
 TEST(PrefillPlan, WorkspaceReductionNeedsANarrowTileAndSaysHowManyBytes) {
   const TileConfig m16 = tile_configs()[8];
   ASSERT_EQ(m16.block_m, 16);

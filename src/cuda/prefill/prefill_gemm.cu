@@ -901,8 +901,8 @@ __global__ void __launch_bounds__(128 * (kWideWeightRows / 64 + 1), 1)
   const int n_tiles = (n + kWideWeightRows - 1) / kWideWeightRows;
   const int tile = static_cast<int>(blockIdx.x) % n_tiles;
   const int row0 = static_cast<int>(blockIdx.x) / n_tiles * BM;
-  const int chunk0 = 3 * tile / 2;  // the packed 128-row chunk holding the tile's first 64-row slice
-  const int chunks = min(2, (n + kBlockN - 1) / kBlockN - chunk0);
+  const WideTileChunks tile_chunks = wide_tile_chunks(tile, n);
+  const int chunk0 = tile_chunks.first, chunks = tile_chunks.count;
   // The K range runs in whole passes over the ring: the blocks past K get zero activations (the
   // tensor copy fills what lies past K with zeros) and no weight copy, so their wgmmas add only
   // zero products to finite weights: the weight stages are zeroed first, and then only ever hold
@@ -955,9 +955,8 @@ __global__ void __launch_bounds__(128 * (kWideWeightRows / 64 + 1), 1)
     }
     return;
   }
-  // ---- consumers ---- Warpgroup w owns the tile's 64-row slice 3 tile + w: half `slice % 2` of
-  // chunk `slice / 2`.
-  const int slice = 3 * tile + warpgroup, chunk = slice / 2 - chunk0, half = slice % 2;
+  // ---- consumers ---- Warpgroup w owns the tile's 64-row slice 3 tile + w.
+  const int chunk = wide_slice_chunk(tile, warpgroup), half = wide_slice_half(tile, warpgroup);
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const std::uint32_t chunk_smem = wgt_smem + static_cast<std::uint32_t>(chunk * STAGES * kChunkBytes);
   const std::uint32_t code_addr = chunk_smem + chunk_code_word_offset(half, tid, 0);

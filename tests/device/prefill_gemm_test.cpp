@@ -671,7 +671,7 @@ TEST(PrefillKernel, DISABLED_Timeline) {
           ep.push_back(epilogue[c]);
           const prefill::KRange kr = prefill::split_k_range(plan.k_blocks, plan.split_k,
                                                             static_cast<int>(c % static_cast<std::size_t>(plan.split_k)));
-          if (kr.end > kr.begin) cyc.push_back(field(c, 5) / static_cast<double>(kr.end - kr.begin));
+          if (kr.end > kr.begin && field(c, 5) > 0) cyc.push_back(field(c, 5) / static_cast<double>(kr.end - kr.begin));
         }
         if (f.empty()) continue;  // one row of tiles: it is the last
         const std::string what = last ? "last row of tiles (" + std::to_string(s.m % block_m) + " of " +

@@ -105,8 +105,8 @@ const std::vector<TileConfig>& tile_configs() {
       // Wide tiles (KERNELS-prefill item 1f): 192 weight rows, three consumer warpgroups, 8 stages
       // of 2 K blocks per copy, unsplit. Shapes whose N is a multiple of 192 get 4 rows of them on
       // 132 SMs where the 128-row tiles fit 3 or 5: W2 (N = 6144) at M = 385-512, 128 tiles where
-      // m256 runs 96. PERF-LOG runs 165-166 (a standalone prototype of the same loop, an H100):
-      // m128 / m112 10.5-11% faster than m256 at W2 M = 448 / 512.
+      // m256 runs 96. PERF-LOG run 167 (an H100): 13-19% faster than main's picks at W2 M =
+      // 400-512 (M = 512: 19.99 us against m256's 24.52; cuBLAS BF16 19.7).
       {128, 8, false, 2, kWideWeightRows},  // 205,952 B
       {112, 8, false, 2, kWideWeightRows},  // 189,568 B
   };
@@ -132,7 +132,7 @@ Status check_tile_config(const TileConfig& c, const DeviceContext& device) {
   }
   const std::int64_t ring = c.stages * c.stage_bytes();
   // A persistent config's epilogue never touches the ring (the producer is refilling it) and it
-  // never splits; a wide tile's stages its 16-bit tile there or stores fp32 from its fragments.
+  // never splits; a wide tile stages its 16-bit tile there or stores fp32 from its fragments.
   if (c.splits() && (c.split_epilogue_bytes() > ring || c.staged_tile_bytes() > ring)) {
     std::ostringstream os;
     os << c.name() << ": the split-K epilogue (" << c.split_epilogue_bytes() << " bytes) or the staged output tile ("
@@ -365,10 +365,10 @@ constexpr TileCost kTileCosts[] = {
     // split 2 at W13 M = 128 and seed M = 200-256, 0.5-2.8% slower.
     {128, false, 2, 2.85, 3.26, 0.3775, 0.0, 0.0, kTmaBandSaving},
     // The wide tiles, unsplit. K block: run 166's prototype counted 887 / 903 SM cycles per K block
-    // at K = 6144 (m128 / m112 x 192; 953 / 969 at K = 2048), taken at the 1.65 GHz that m256's
-    // entry implies (1053 cycles, 0.638 us). Fixed part: run 167's kernel at W2 M = 400-512 (an
-    // H100, K = 2048: 19.6-20.0 us) less 32 such blocks. The K block is the K = 6144 count, so the
-    // long-K shapes that no run has timed with these tiles are not ranked above what was measured.
+    // at K = 6144 (m128 / m112 x 192; 953 / 969 at K = 2048), 0.54 / 0.55 us at the 1.65 GHz that
+    // m256's entry implies (1053 cycles, 0.638 us), raised to 0.56 / 0.57 so that no K = 6144 point
+    // moves to them untimed (the prototype tied m192 at 768 x 4224 x 6144). Fixed part: run 167's
+    // kernel at W2 M = 400-512 (an H100, K = 2048: 19.6-20.0 us) less 32 blocks of 0.54 / 0.55 us.
     {128, false, 2, 2.50, 0.0, 0.560, 0.0, 0.0, 0.0, kWideWeightRows},
     {112, false, 2, 2.10, 0.0, 0.570, 0.0, 0.0, 0.0, kWideWeightRows},
 };

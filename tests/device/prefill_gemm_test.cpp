@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -556,7 +557,9 @@ TEST(PrefillKernel, DISABLED_SweepConfigsAndSplits) {
 // flushed before the launch (cold weights and activations). Where M leaves the last row of tiles
 // partly empty, its CTAs are also summarized apart from the others. Run by hand on the GPU
 // (FP4GAP_TIMELINE_M=96,128 times the three glm5 shapes at those M instead of the default list;
-// FP4GAP_TIMELINE_SIBLINGS=1 also times the other configs of the pick's tile rows at its split):
+// FP4GAP_TIMELINE_SIBLINGS=1 also times the other configs of the pick's tile rows at its split;
+// FP4GAP_TIMELINE_SPLITS=256:2,192:2 also times every unpersistent config of 256 rows at a cluster
+// split of 2, and of 192 rows, where they run):
 //   fp4gap_device_tests --gtest_also_run_disabled_tests --gtest_filter='PrefillKernel.DISABLED_Timeline'
 TEST(PrefillKernel, DISABLED_Timeline) {
   REQUIRE_HOPPER();
@@ -575,11 +578,27 @@ TEST(PrefillKernel, DISABLED_Timeline) {
     }
   }
   const bool siblings = std::getenv("FP4GAP_TIMELINE_SIBLINGS") != nullptr;
+  std::vector<std::pair<int, int>> forced;  // (block_m, split_k) from FP4GAP_TIMELINE_SPLITS
+  if (const char* e = std::getenv("FP4GAP_TIMELINE_SPLITS")) {
+    std::stringstream list(e);
+    for (std::string item; std::getline(list, item, ',');) {
+      const std::size_t colon = item.find(':');
+      ASSERT_NE(colon, std::string::npos) << "FP4GAP_TIMELINE_SPLITS items are block_m:split, not " << item;
+      forced.emplace_back(std::stoi(item.substr(0, colon)), std::stoi(item.substr(colon + 1)));
+    }
+  }
   cuda::DeviceBuffer<std::uint8_t> flush(static_cast<std::size_t>(2 * gpu().l2_bytes));
   std::vector<std::pair<Shape, prefill::Plan>> runs;
   for (const Shape s : shapes) {
     const prefill::Plan pick = prefill::choose_plan(s.m, s.n, s.k, gpu(), prefill::concurrent_ctas);
     runs.emplace_back(s, pick);
+    for (const auto& [block_m, split] : forced) {
+      for (const prefill::TileConfig& c : prefill::tile_configs()) {
+        if (c.block_m != block_m || c.persistent || !c.splits() || !prefill::check_tile_config(c, gpu()).is_ok()) continue;
+        const prefill::Plan plan = prefill::make_plan(s.m, s.n, s.k, c, split, prefill::SplitReduction::cluster);
+        if (plan.describe() != pick.describe()) runs.emplace_back(s, plan);
+      }
+    }
     if (!siblings || pick.config.persistent) continue;
     for (const prefill::TileConfig& c : prefill::tile_configs()) {
       if (c.block_m != pick.config.block_m || c.persistent || c.name() == pick.config.name() ||

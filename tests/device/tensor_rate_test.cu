@@ -1146,5 +1146,159 @@ TEST(TensorRate, DISABLED_ActivationMulticastAtThePowerCap) {
   }
 }
 
+// ---- The cluster split's exchange of partial tiles: distributed shared memory against L2 ----
+//
+// A cluster split of 2 (prefill_gemm.cu) writes each CTA's whole fp32 partial tile to its own
+// shared memory, passes a cluster barrier, and each CTA adds its band (half the tile's rows) from
+// both CTAs' shared memory. Run 169 timed that band's reduction at 2.3 us for m128 and 3.8-4.1 us
+// for m256 (128 KB partials), and run 170 found it neither latency-bound (two pairs of quads per
+// round of loads: no faster) nor bound by the CTA's own half (read locally: no faster). This
+// measures, with every SM of the GPU exchanging at once as a split plan's one wave does, the same
+// band through distributed shared memory (mode 0, today's) and through L2 (mode 1: each CTA stores
+// only the other's band of its partial to a global workspace, keeps its own band in registers, and
+// after the barrier loads the other's from L2). Per mode and tile: SM cycles per exchange for the
+// writes and the barrier, for the band's reduction, and for the closing barrier, medians over CTAs
+// of the mean over `reps` exchanges; every sum is checked (exact: small integers).
+constexpr int kExchangeThreads = 256;                        // the two consumer warpgroups
+constexpr int kExchangeSmemBytes = 200 * 1024;               // one CTA per SM, as the kernels
+
+template <int QUADS, int MODE>
+__global__ void __launch_bounds__(kExchangeThreads, 1)
+    pair_exchange_kernel(int reps, float4* workspace, std::uint64_t* cycles, unsigned int* mismatches) {
+#if FP4GAP_PREFILL_SM90A
+  namespace ptx = prefill::ptx;
+  constexpr int kHalf = QUADS / 2;
+  extern __shared__ float4 partial[];  // [QUADS][kExchangeThreads], then the band [kHalf][threads]
+  float4* const band = partial + QUADS * kExchangeThreads;
+  const int thread = static_cast<int>(threadIdx.x);
+  const std::uint32_t rank = ptx::cluster_rank();
+  // CTA c's partial quad i: small integers, so that every sum is exact.
+  auto value = [](std::uint32_t cta, int i, int th) {
+    const float v = static_cast<float>((static_cast<int>(cta) * 7 + i * 3 + th) % 1024);
+    return make_float4(v, v + 1.0f, v + 2.0f, -v);
+  };
+  float4 acc[QUADS];
+#pragma unroll
+  for (int i = 0; i < QUADS; ++i) acc[i] = value(blockIdx.x, i, thread);
+  // This pair's workspace: [rank that reads it][kHalf][threads].
+  float4* const pair_ws = workspace + static_cast<std::size_t>(blockIdx.x / 2) * 2 * kHalf * kExchangeThreads;
+  std::uint64_t t_exchange = 0, t_reduce = 0, t_close = 0;
+  unsigned int bad = 0;
+  for (int rep = 0; rep < reps; ++rep) {
+    const std::uint64_t t0 = clock64();
+    if constexpr (MODE == 0) {
+#pragma unroll
+      for (int i = 0; i < QUADS; ++i) partial[i * kExchangeThreads + thread] = acc[i];
+    } else {
+      // The other CTA's band of this partial (rank 0 owns quads [0, kHalf), rank 1 the rest).
+      float4* const dst = pair_ws + static_cast<std::size_t>(rank ^ 1u) * kHalf * kExchangeThreads;
+      auto store_other = [&](auto first) {  // compile-time indices keep acc in registers
+        constexpr int kFirst = decltype(first)::value;
+#pragma unroll
+        for (int j = 0; j < kHalf; ++j) dst[j * kExchangeThreads + thread] = acc[kFirst + j];
+      };
+      if (rank == 0) {
+        store_other(std::integral_constant<int, kHalf>{});
+      } else {
+        store_other(std::integral_constant<int, 0>{});
+      }
+    }
+    ptx::cluster_sync();
+    const std::uint64_t t1 = clock64();
+    const int own = static_cast<int>(rank) * kHalf;
+    if constexpr (MODE == 0) {
+      for (int j = 0; j < kHalf; ++j) {
+        const std::uint32_t local = ptx::smem_addr(&partial[(own + j) * kExchangeThreads + thread]);
+        const float4 a = ptx::load_cluster_f4(ptx::map_to_rank(local, 0)), b = ptx::load_cluster_f4(ptx::map_to_rank(local, 1));
+        band[j * kExchangeThreads + thread] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+      }
+    } else {
+      const float4* const src = pair_ws + static_cast<std::size_t>(rank) * kHalf * kExchangeThreads;
+      auto reduce_own = [&](auto first) {
+        constexpr int kFirst = decltype(first)::value;
+#pragma unroll
+        for (int j = 0; j < kHalf; ++j) {
+          float4 o;
+          const float4* const at = &src[j * kExchangeThreads + thread];
+          asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(o.x), "=f"(o.y), "=f"(o.z), "=f"(o.w) : "l"(at) : "memory");
+          const float4 m = acc[kFirst + j];
+          band[j * kExchangeThreads + thread] = make_float4(m.x + o.x, m.y + o.y, m.z + o.z, m.w + o.w);
+        }
+      };
+      if (rank == 0) {
+        reduce_own(std::integral_constant<int, 0>{});
+      } else {
+        reduce_own(std::integral_constant<int, kHalf>{});
+      }
+    }
+    __syncthreads();
+    const std::uint64_t t2 = clock64();
+    ptx::cluster_sync();  // mode 0: no CTA rewrites its partial while the other reads it; mode 1: the workspace
+    const std::uint64_t t3 = clock64();
+    t_exchange += t1 - t0;
+    t_reduce += t2 - t1;
+    t_close += t3 - t2;
+    for (int j = 0; j < kHalf; ++j) {
+      const float4 x = value(blockIdx.x & ~1u, own + j, thread), y = value(blockIdx.x | 1u, own + j, thread);
+      const float4 got = band[j * kExchangeThreads + thread];
+      if (got.x != x.x + y.x || got.y != x.y + y.y || got.z != x.z + y.z || got.w != x.w + y.w) ++bad;
+    }
+  }
+  if (bad != 0) atomicAdd(mismatches, bad);
+  if (thread == 0) {
+    cycles[3 * blockIdx.x] = t_exchange / static_cast<std::uint64_t>(reps);
+    cycles[3 * blockIdx.x + 1] = t_reduce / static_cast<std::uint64_t>(reps);
+    cycles[3 * blockIdx.x + 2] = t_close / static_cast<std::uint64_t>(reps);
+  }
+#else
+  (void)reps, (void)workspace, (void)cycles, (void)mismatches;
+#endif
+}
+
+// Run by hand on the GPU:
+//   fp4gap_device_tests --gtest_also_run_disabled_tests --gtest_filter='ClusterExchange.DISABLED_DistributedSharedMemoryAgainstL2'
+TEST(ClusterExchange, DISABLED_DistributedSharedMemoryAgainstL2) {
+  if (gpu().cc_major != 9) GTEST_SKIP() << "the cluster split's kernels are sm_90a code";
+  constexpr int kReps = 200;
+  const int ctas = gpu().sm_count / 2 * 2;
+  cuda::DeviceBuffer<float4> workspace(static_cast<std::size_t>(ctas) * 32 * kExchangeThreads);
+  cuda::DeviceBuffer<std::uint64_t> cycles(static_cast<std::size_t>(3 * ctas));
+  cuda::DeviceBuffer<unsigned int> mismatches(1);
+  std::printf("%-28s %-6s | %5s | %16s %16s %16s  (SM cycles per exchange, median over CTAs)\n", "mode", "tile",
+              "CTAs", "write + barrier", "band reduced", "closing barrier");
+  auto run = [&](auto kernel, const char* mode, const char* tile) {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kExchangeSmemBytes));
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(ctas));
+    cfg.blockDim = dim3(kExchangeThreads);
+    cfg.dynamicSmemBytes = kExchangeSmemBytes;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = 2;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    mismatches.fill_bytes(0);
+    cycles.fill_bytes(0);
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, kReps, workspace.get(), cycles.get(), mismatches.get()));
+    CUDA_CHECK(cudaGetLastError());
+    synchronize_within(nullptr);
+    ASSERT_EQ(mismatches.download()[0], 0u) << mode << ", " << tile << ": a band's sum differs from the partials'";
+    const std::vector<std::uint64_t> c = cycles.download();
+    std::vector<std::uint64_t> part[3];
+    for (int i = 0; i < ctas; ++i) {
+      for (int f = 0; f < 3; ++f) part[f].push_back(c[static_cast<std::size_t>(3 * i + f)]);
+    }
+    ASSERT_GT(median(part[1]), 0.0) << mode << ", " << tile;
+    std::printf("%-28s %-6s | %5d | %16.0f %16.0f %16.0f\n", mode, tile, ctas, median(part[0]), median(part[1]),
+                median(part[2]));
+  };
+  run(pair_exchange_kernel<16, 0>, "distributed shared memory", "m128");
+  run(pair_exchange_kernel<16, 1>, "L2 (band of the other)", "m128");
+  run(pair_exchange_kernel<32, 0>, "distributed shared memory", "m256");
+  run(pair_exchange_kernel<32, 1>, "L2 (band of the other)", "m256");
+}
+
 }  // namespace
 }  // namespace fp4gap::test

@@ -1154,13 +1154,31 @@ TEST(TensorRate, DISABLED_ActivationMulticastAtThePowerCap) {
 // for m256 (128 KB partials), and run 170 found it neither latency-bound (two pairs of quads per
 // round of loads: no faster) nor bound by the CTA's own half (read locally: no faster). This
 // measures, with every SM of the GPU exchanging at once as a split plan's one wave does, the same
-// band through distributed shared memory (mode 0, today's) and through L2 (mode 1: each CTA stores
-// only the other's band of its partial to a global workspace, keeps its own band in registers, and
-// after the barrier loads the other's from L2). Per mode and tile: SM cycles per exchange for the
-// writes and the barrier, for the band's reduction, and for the closing barrier, medians over CTAs
-// of the mean over `reps` exchanges; every sum is checked (exact: small integers).
+// band through distributed shared memory (mode 0, today's: the whole partial to shared memory,
+// barrier, the band read from both CTAs) and three ways that move only the other CTA's band while
+// the own band stays in registers: through L2 (mode 1: stores to a global workspace, barrier,
+// loads), pushed (mode 2: barrier, stores into the other CTA's shared memory, barrier) and copied
+// (mode 3: the band to the CTA's own shared memory, barrier, one bulk copy into the other CTA's,
+// completing on its mbarrier). Per mode and tile: SM cycles per exchange until the other band is
+// here, for the band's reduction, and for the closing barrier, medians over CTAs of the mean over
+// `reps` exchanges; every sum is checked (exact: small integers).
 constexpr int kExchangeThreads = 256;                        // the two consumer warpgroups
 constexpr int kExchangeSmemBytes = 200 * 1024;               // one CTA per SM, as the kernels
+
+#if FP4GAP_PREFILL_SM90A
+__device__ __forceinline__ void store_cluster_f4(std::uint32_t addr, float4 v) {
+  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
+               : "memory");
+}
+// `bytes` of this CTA's shared memory at `src` into the cluster window's `dst`, completing on the
+// barrier `bar` of the destination CTA.
+__device__ __forceinline__ void bulk_copy_to_cluster(std::uint32_t dst, std::uint32_t src, std::uint32_t bytes,
+                                                     std::uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "r"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+#endif
 
 template <int QUADS, int MODE>
 __global__ void __launch_bounds__(kExchangeThreads, 1)
@@ -1170,8 +1188,18 @@ __global__ void __launch_bounds__(kExchangeThreads, 1)
   constexpr int kHalf = QUADS / 2;
   extern __shared__ float4 partial[];  // [QUADS][kExchangeThreads], then the band [kHalf][threads]
   float4* const band = partial + QUADS * kExchangeThreads;
+  // Modes 2 and 3: the band going out (mode 3), then the band coming in.
+  float4* const outgoing = partial;
+  float4* const incoming = partial + kHalf * kExchangeThreads;
+  __shared__ alignas(8) std::uint64_t incoming_bar;
   const int thread = static_cast<int>(threadIdx.x);
   const std::uint32_t rank = ptx::cluster_rank();
+  const std::uint32_t bar = ptx::smem_addr(&incoming_bar);
+  if (thread == 0) {
+    ptx::mbarrier_init(bar, 1);
+    ptx::fence_barrier_init();
+  }
+  ptx::cluster_sync();
   // CTA c's partial quad i: small integers, so that every sum is exact.
   auto value = [](std::uint32_t cta, int i, int th) {
     const float v = static_cast<float>((static_cast<int>(cta) * 7 + i * 3 + th) % 1024);
@@ -1186,24 +1214,44 @@ __global__ void __launch_bounds__(kExchangeThreads, 1)
   unsigned int bad = 0;
   for (int rep = 0; rep < reps; ++rep) {
     const std::uint64_t t0 = clock64();
+    // The other CTA's band of this partial, at compile-time indices (acc stays in registers).
+    auto for_other_band = [&](auto&& f) {
+      auto run = [&](auto first) {
+        constexpr int kFirst = decltype(first)::value;
+#pragma unroll
+        for (int j = 0; j < kHalf; ++j) f(j, acc[kFirst + j]);
+      };
+      if (rank == 0) {
+        run(std::integral_constant<int, kHalf>{});
+      } else {
+        run(std::integral_constant<int, 0>{});
+      }
+    };
     if constexpr (MODE == 0) {
 #pragma unroll
       for (int i = 0; i < QUADS; ++i) partial[i * kExchangeThreads + thread] = acc[i];
+    } else if constexpr (MODE == 2) {
+      ptx::cluster_sync();  // the other CTA's shared memory is free (its main loop is done)
+      for_other_band([&](int j, float4 v) {
+        store_cluster_f4(ptx::map_to_rank(ptx::smem_addr(&incoming[j * kExchangeThreads + thread]), rank ^ 1u), v);
+      });
+    } else if constexpr (MODE == 3) {
+      if (thread == 0) ptx::mbarrier_arrive_expect_tx(bar, kHalf * kExchangeThreads * 16);
+      for_other_band([&](int j, float4 v) { outgoing[j * kExchangeThreads + thread] = v; });
+      ptx::fence_proxy_async();  // the band, before the copy engine reads it
     } else {
       // The other CTA's band of this partial (rank 0 owns quads [0, kHalf), rank 1 the rest).
       float4* const dst = pair_ws + static_cast<std::size_t>(rank ^ 1u) * kHalf * kExchangeThreads;
-      auto store_other = [&](auto first) {  // compile-time indices keep acc in registers
-        constexpr int kFirst = decltype(first)::value;
-#pragma unroll
-        for (int j = 0; j < kHalf; ++j) dst[j * kExchangeThreads + thread] = acc[kFirst + j];
-      };
-      if (rank == 0) {
-        store_other(std::integral_constant<int, kHalf>{});
-      } else {
-        store_other(std::integral_constant<int, 0>{});
-      }
+      for_other_band([&](int j, float4 v) { dst[j * kExchangeThreads + thread] = v; });
     }
     ptx::cluster_sync();
+    if constexpr (MODE == 3) {
+      if (thread == 0) {
+        bulk_copy_to_cluster(ptx::map_to_rank(ptx::smem_addr(incoming), rank ^ 1u), ptx::smem_addr(outgoing),
+                             kHalf * kExchangeThreads * 16, ptx::map_to_rank(bar, rank ^ 1u));
+      }
+      ptx::mbarrier_wait(bar, static_cast<std::uint32_t>(rep & 1));
+    }
     const std::uint64_t t1 = clock64();
     const int own = static_cast<int>(rank) * kHalf;
     if constexpr (MODE == 0) {
@@ -1211,6 +1259,20 @@ __global__ void __launch_bounds__(kExchangeThreads, 1)
         const std::uint32_t local = ptx::smem_addr(&partial[(own + j) * kExchangeThreads + thread]);
         const float4 a = ptx::load_cluster_f4(ptx::map_to_rank(local, 0)), b = ptx::load_cluster_f4(ptx::map_to_rank(local, 1));
         band[j * kExchangeThreads + thread] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+      }
+    } else if constexpr (MODE == 2 || MODE == 3) {
+      auto reduce_own = [&](auto first) {
+        constexpr int kFirst = decltype(first)::value;
+#pragma unroll
+        for (int j = 0; j < kHalf; ++j) {
+          const float4 o = incoming[j * kExchangeThreads + thread], m = acc[kFirst + j];
+          band[j * kExchangeThreads + thread] = make_float4(m.x + o.x, m.y + o.y, m.z + o.z, m.w + o.w);
+        }
+      };
+      if (rank == 0) {
+        reduce_own(std::integral_constant<int, 0>{});
+      } else {
+        reduce_own(std::integral_constant<int, kHalf>{});
       }
     } else {
       const float4* const src = pair_ws + static_cast<std::size_t>(rank) * kHalf * kExchangeThreads;
@@ -1233,7 +1295,10 @@ __global__ void __launch_bounds__(kExchangeThreads, 1)
     }
     __syncthreads();
     const std::uint64_t t2 = clock64();
-    ptx::cluster_sync();  // mode 0: no CTA rewrites its partial while the other reads it; mode 1: the workspace
+    // Mode 0: no CTA rewrites (or, in a kernel, leaves) its partial while the other reads it; mode
+    // 3: the copy engine has read the outgoing band; mode 1: the workspace is rewritten only in
+    // this loop, not in a kernel; mode 2: the next exchange's first barrier covers it.
+    if constexpr (MODE != 2) ptx::cluster_sync();
     const std::uint64_t t3 = clock64();
     t_exchange += t1 - t0;
     t_reduce += t2 - t1;
@@ -1264,9 +1329,9 @@ TEST(ClusterExchange, DISABLED_DistributedSharedMemoryAgainstL2) {
   cuda::DeviceBuffer<float4> workspace(static_cast<std::size_t>(ctas) * 32 * kExchangeThreads);
   cuda::DeviceBuffer<std::uint64_t> cycles(static_cast<std::size_t>(3 * ctas));
   cuda::DeviceBuffer<unsigned int> mismatches(1);
-  std::printf("%-28s %-6s | %5s | %16s %16s %16s  (SM cycles per exchange, median over CTAs)\n", "mode", "tile",
-              "CTAs", "write + barrier", "band reduced", "closing barrier");
-  auto run = [&](auto kernel, const char* mode, const char* tile) {
+  std::printf("%-30s %-6s | %5s | %15s %13s %16s %14s  (SM cycles per exchange, medians over CTAs)\n", "mode",
+              "tile", "CTAs", "other band here", "band reduced", "closing barrier", "in a kernel");
+  auto run = [&](auto kernel, const char* mode, const char* tile, bool kernel_closes) {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kExchangeSmemBytes));
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = dim3(static_cast<unsigned>(ctas));
@@ -1291,13 +1356,18 @@ TEST(ClusterExchange, DISABLED_DistributedSharedMemoryAgainstL2) {
       for (int f = 0; f < 3; ++f) part[f].push_back(c[static_cast<std::size_t>(3 * i + f)]);
     }
     ASSERT_GT(median(part[1]), 0.0) << mode << ", " << tile;
-    std::printf("%-28s %-6s | %5d | %16.0f %16.0f %16.0f\n", mode, tile, ctas, median(part[0]), median(part[1]),
-                median(part[2]));
+    const double in_kernel = median(part[0]) + median(part[1]) + (kernel_closes ? median(part[2]) : 0.0);
+    std::printf("%-30s %-6s | %5d | %15.0f %13.0f %16.0f %14.0f\n", mode, tile, ctas, median(part[0]),
+                median(part[1]), median(part[2]), in_kernel);
   };
-  run(pair_exchange_kernel<16, 0>, "distributed shared memory", "m128");
-  run(pair_exchange_kernel<16, 1>, "L2 (band of the other)", "m128");
-  run(pair_exchange_kernel<32, 0>, "distributed shared memory", "m256");
-  run(pair_exchange_kernel<32, 1>, "L2 (band of the other)", "m256");
+  run(pair_exchange_kernel<16, 0>, "distributed shared memory", "m128", true);
+  run(pair_exchange_kernel<16, 1>, "L2 (band of the other)", "m128", false);
+  run(pair_exchange_kernel<16, 2>, "pushed (band of the other)", "m128", false);
+  run(pair_exchange_kernel<16, 3>, "bulk copy (band of the other)", "m128", true);
+  run(pair_exchange_kernel<32, 0>, "distributed shared memory", "m256", true);
+  run(pair_exchange_kernel<32, 1>, "L2 (band of the other)", "m256", false);
+  run(pair_exchange_kernel<32, 2>, "pushed (band of the other)", "m256", false);
+  run(pair_exchange_kernel<32, 3>, "bulk copy (band of the other)", "m256", true);
 }
 
 }  // namespace

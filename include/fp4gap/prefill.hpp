@@ -139,7 +139,8 @@ Status check_tile_config(const TileConfig& c, const DeviceContext& device);
 // How the split_k CTAs of one output tile add their partial sums (both in split order, so
 // repeated runs are bitwise equal):
 //   cluster:   the CTAs form a thread-block cluster and each adds a band of the tile from the
-//              others' shared memory. A cluster must fit in one GPC, so fewer CTAs run at once
+//              others' shared memory (a split of 2 with 16-bit outputs: the other's band through
+//              L2, Plan::workspace_bytes). A cluster must fit in one GPC, so fewer CTAs run at once
 //              (the H200 runs 102 CTAs in clusters of 6, 120 in clusters of 4 or 8).
 //   workspace: each CTA stores its partial tile to a global workspace and the last of them to
 //              arrive (a counter per tile) adds all and stores the tile; no cluster, so every SM
@@ -165,7 +166,9 @@ struct Plan {
   bool workspace_reduction() const { return split_k > 1 && reduction == SplitReduction::workspace; }
   // Device memory launch_gemm needs (0: none): for a workspace reduction, the partial tiles
   // (fp32, tiles x split_k x block_m x kBlockN) followed by one 32-bit counter per tile, which
-  // must be zero before the first launch; every launch leaves them zero.
+  // must be zero before the first launch; every launch leaves them zero. For a cluster split of
+  // 2, one fp32 tile per output tile, through which the two CTAs exchange their bands (16-bit
+  // outputs through the copy engine; the others exchange through distributed shared memory).
   std::int64_t workspace_bytes() const;
   // Rows of the largest band that a CTA of a cluster split adds up and stores through the copy
   // engine (cluster_band_pairs: 16 rows per pair of accumulator quads); 0 where it is not a

@@ -184,8 +184,9 @@ std::string Plan::describe() const {
 }
 
 std::int64_t Plan::workspace_bytes() const {
-  if (split_k == 1 || reduction != SplitReduction::workspace) return 0;
   const std::int64_t tiles = m_tiles * n_tiles;
+  if (split_k == 2 && reduction == SplitReduction::cluster) return tiles * config.block_m * kBlockN * 4;
+  if (split_k == 1 || reduction != SplitReduction::workspace) return 0;
   return tiles * split_k * config.block_m * kBlockN * 4 + tiles * 4;
 }
 
@@ -283,6 +284,13 @@ struct TileCost {
 // G4 split 2's 16.7), so the saving is charged only on the bands the entries were fitted with
 // (fitted_band_rows) until a sweep refits them.
 constexpr double kTmaBandSaving = 0.77;
+// Since run 173 a cluster split of 2 whose bands leave through TMA exchanges them through L2 and
+// no longer waits on a closing barrier: `fp4gap tune` (an H100, two rounds, same call as the old
+// kernel) timed the same plans 0.55-1.06 us faster (m64 G4 1.06, m128 0.75-1.03, m160 0.87, m192
+// 0.61-0.83, m208 0.55-0.67). The entries that take the band saving take this too; m256 split 2
+// (not timed that way) keeps its entry, which run 170 timed 2.3 us slower than m128 G3 unsplit at
+// W13 M = 512 before the change.
+constexpr double kL2ExchangeSaving = 0.8;
 constexpr TileCost kTileCosts[] = {
     {256, false, 1, 2.97, 5.94, 0.638},  // main loop at ~92% of the bf16 tensor rate
     {128, false, 1, 2.92, 2.73, 0.410, 0.0, 0.0, kTmaBandSaving},  // ~77%
@@ -398,6 +406,10 @@ double plan_cost(const Plan& p, int concurrent_ctas) {
   if (p.split_k > 1) {
     split = p.reduction == SplitReduction::cluster ? c.split_us : c.workspace_split_us;
     split -= c.tma_band_saving_us_per_64_rows * fitted_band_rows(p) / 64.0;
+    if (p.split_k == 2 && p.reduction == SplitReduction::cluster && p.cluster_band_rows() > 0 &&
+        c.tma_band_saving_us_per_64_rows > 0.0) {
+      split -= kL2ExchangeSaving;
+    }
   }
   const double tile_us = c.fixed_us + split + c.per_k_block_us * kb_per_cta;
   if (p.config.persistent) {

@@ -482,7 +482,9 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
                        Case{64, 4096, 6144, 64, 4, false, SplitReduction::workspace, 4},
                        Case{48, 4096, 6144, 64, 4, false, SplitReduction::workspace, 4},
                        Case{64, 2048, 6144, 64, 6, false},               // 9.90 (m64 G4: 10.11)
-                       Case{64, 6144, 2048, 64, 2, false},               // 9.14 (9.17)
+                       // Runs 53-54: plain m64 9.14 (G4 9.17); run 174 (an H100, bands through L2,
+                       // which the plain m64's entry is not charged for) at M = 48: G4 8.44, plain 8.77
+                       Case{64, 6144, 2048, 64, 2, false, kCluster, 4},
                        // M = 96: runs 145-146's `fp4gap tune` (an H100), m96 G4 (the runner-up in brackets);
                        // before it, run 119 (H200) ran m64 G4 split 2 at 16.61 and m128 split 2 at 11.97
                        Case{96, 4096, 6144, 96, 3, false, kCluster, 4},  // 15.77 (m64 G4 split 2: 16.58)
@@ -498,9 +500,10 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
                        Case{1040, 4096, 6144, 144, 1, false, kCluster, 3},  // 83.48 (m192 split 2: 93.18)
                        Case{264, 6144, 2048, 144, 1, false, kCluster, 3},   // 16.39 (m192: 19.65)
                        Case{520, 2048, 6144, 144, 2, false, kCluster, 3},   // 25.93 (m192 split 2: 30.47)
-                       // Run 138: 18.92 (m128 G3 split 2: 22.07); run 150 (an H100): 18.56 against m80
-                       // split 2's 19.34 with its bands through TMA
-                       Case{264, 2048, 6144, 144, 3, false, kCluster, 3},
+                       // Run 138: m144 split 3 18.92 (m128 G3 split 2: 22.07); run 150 (an H100): 18.56
+                       // against m80 split 2's 19.34 with its bands through TMA; since split 2 exchanges
+                       // through L2, run 174 (an H100) at M = 272: m80 split 2 18.44, m144 split 3 18.74
+                       Case{264, 2048, 6144, 80, 2, false, kCluster, 4},
                        // 29.30 (m144: 31.60); run 162 at M = 576: G2 29.12 against G3's 29.44
                        Case{520, 6144, 2048, 128, 1, false, kCluster, 2},
                        // Just past a multiple of 192: runs 145-146's `fp4gap tune` (an H100), m208
@@ -739,6 +742,10 @@ TEST(PrefillPlan, WorkspaceReductionNeedsANarrowTileAndSaysHowManyBytes) {
   const Plan clustered = make_plan(300, 200, 576, m16, 3);
   EXPECT_EQ(clustered.workspace_bytes(), 0);
   EXPECT_EQ(clustered.cluster_size(), 3);
+  // A cluster split of 2 exchanges its bands through one fp32 tile per output tile.
+  const Plan pair = make_plan(300, 200, 576, m16, 2);
+  EXPECT_EQ(pair.workspace_bytes(), 38 * 16 * kBlockN * 4);
+  EXPECT_EQ(pair.cluster_size(), 2);
   EXPECT_EQ(make_plan(300, 200, 576, m16, 1, SplitReduction::workspace).reduction, SplitReduction::cluster);
   for (const TileConfig& c : tile_configs()) {
     if (c.workspace_split()) continue;

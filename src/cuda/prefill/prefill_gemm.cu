@@ -224,8 +224,9 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
   // tiles, then maybe the last wave's tiles in halves). Producer and consumers each carry the
   // ring position (stage, phase) of the next K block in registers, advanced by one per K block
   // across all the CTA's units, so a unit's first block can be at any stage and phase.
-  // Split CTAs of a tile are consecutive; without a workspace they form a cluster (Plan::reduction).
-  const bool cluster_split = split_k > 1 && workspace == nullptr;
+  // Split CTAs of a tile are consecutive; they form a cluster or meet in the workspace
+  // (Plan::reduction). A cluster split of 2 exchanges its bands through the workspace too.
+  const bool cluster_split = split_k > 1 && ptx::cluster_size() > 1;
   const int split = cluster_split ? static_cast<int>(ptx::cluster_rank()) : static_cast<int>(blockIdx.x) % split_k;
   const int n_tiles = (n + kBlockN - 1) / kBlockN;
   const int tiles = ((m + BM - 1) / BM) * n_tiles;
@@ -730,6 +731,75 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
         }
         ptx::named_barrier(1, kConsumerWarpgroups * 128);
         store_staged_tile(staged, out, out_type, m, n, unit.row0, nt * kBlockN, BM, warpgroup * 128 + tid);
+      } else if (split_k == 2 && tma_store && workspace != nullptr) {
+        // A cluster split of 2 with 16-bit output through the copy engine: each CTA stores the
+        // other's band of its partial tile to the workspace (quad i of the tile at [tile][i][thread])
+        // and keeps its own band in registers; after the cluster's barrier it adds the other's
+        // partial of its band from L2 and stores the band through TMA. The exchange is bound by the
+        // bytes crossing between the SMs, which this path moves faster than distributed shared
+        // memory (PERF-LOG run 171b: 2856 against 3644 SM cycles at m128 with every SM exchanging),
+        // and no CTA waits for another to leave. The sum acc + other is the two ranks' partials
+        // added in either order: the same bits as the shared-memory path.
+        const int thread = warpgroup * 128 + tid;
+        constexpr int kThreads = kConsumerWarpgroups * 128;
+        float4* const tile_ws = reinterpret_cast<float4*>(workspace) +
+                                static_cast<std::size_t>((unit.row0 / BM) * n_tiles + nt) * (kAccW / 4) * kThreads;
+        ptx::fence_proxy_async();  // the ring (read by wgmma through the async proxy) takes the band
+        auto exchange = [&](auto rank) {
+          constexpr int kRank = decltype(rank)::value;
+          constexpr ItemRange own = cluster_band_pairs(BM, 2, kRank), other = cluster_band_pairs(BM, 2, 1 - kRank);
+#pragma unroll
+          for (int i = 2 * static_cast<int>(other.begin); i < 2 * static_cast<int>(other.end); ++i) {
+            tile_ws[i * kThreads + thread] = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
+          }
+          ptx::cluster_sync();  // release / acquire at cluster scope: the other's band is in L2
+          if (timeline != nullptr && threadIdx.x == 0) timeline_field(6) = ptx::global_timer();
+          // Every load before the first stmatrix (ordered asm), so one L2 round trip in all.
+          constexpr int kOwnQuads = 2 * static_cast<int>(own.end - own.begin);
+          float4 theirs[kOwnQuads > 0 ? kOwnQuads : 1];  // none for m16's rank 1, which never runs this (no pair)
+#pragma unroll
+          for (int j = 0; j < kOwnQuads; ++j) {
+            theirs[j] = __ldcg(&tile_ws[(2 * static_cast<int>(own.begin) + j) * kThreads + thread]);
+          }
+          constexpr int band_rows = 8 * kOwnQuads;
+          const std::uint32_t half_base = base + static_cast<std::uint32_t>(warpgroup * band_rows * 128);
+          const int q = lane / 8, r = lane % 8;
+          const std::uint32_t chunk = static_cast<std::uint32_t>(2 * warp + (q & 1));
+          auto pack = [&](int j, int e) {
+            const int i = 2 * static_cast<int>(own.begin) + j;
+            const float lo = acc[4 * i + e] + (e == 0 ? theirs[j].x : theirs[j].z);
+            const float hi = acc[4 * i + e + 1] + (e == 0 ? theirs[j].y : theirs[j].w);
+            return pack_output_pair(out_type, alpha * lo, alpha * hi);
+          };
+#pragma unroll
+          for (int j = 0; j < kOwnQuads; j += 2) {
+            const int row = 8 * (j + q / 2) + r;
+            const std::uint32_t addr = half_base + static_cast<std::uint32_t>(row) * 128u + ((chunk ^ (row & 7)) << 4);
+            ptx::stmatrix_x4_trans(addr, pack(j, 0), pack(j, 2), pack(j + 1, 0), pack(j + 1, 2));
+          }
+          ptx::fence_proxy_async();  // the generic-proxy writes above, before the copy engine reads them
+          ptx::named_barrier(1, kThreads);
+          if (threadIdx.x == 0) {
+            const int row0 = unit.row0 + 16 * static_cast<int>(own.begin);
+            constexpr int box_rows = cluster_band_box_rows(BM, 2);
+            for (int rr = 0; rr < band_rows; rr += box_rows) {
+              const std::uint32_t slice = static_cast<std::uint32_t>(rr * 128);
+              ptx::tma_store_2d(&out_part_map, base + slice, nt * kBlockN, row0 + rr);
+              ptx::tma_store_2d(&out_part_map, base + static_cast<std::uint32_t>(band_rows * 128) + slice,
+                                nt * kBlockN + 64, row0 + rr);
+            }
+            ptx::bulk_commit_group();
+            ptx::bulk_wait_group_read_all();  // the band outlives the copy engine's reads
+          }
+        };
+        // The ring must be free of both warpgroups' wgmma reads before the band is staged in it.
+        ptx::named_barrier(1, kThreads);
+        if (split == 0) {
+          exchange(std::integral_constant<int, 0>{});
+        } else {
+          exchange(std::integral_constant<int, 1>{});
+        }
+        if (timeline != nullptr && threadIdx.x == 0) timeline_field(7) = ptx::global_timer();
       } else {
         // The partial tile reuses the stage ring: both consumer warpgroups must be done reading it
         // (their wgmmas read it through the async proxy; the partials are ordinary stores).

@@ -151,6 +151,13 @@ __device__ __forceinline__ std::uint32_t cluster_rank() {
   return r;
 }
 
+// CTAs in this CTA's cluster (1 for a launch without clusters).
+__device__ __forceinline__ std::uint32_t cluster_size() {
+  std::uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
+  return r;
+}
+
 // Every thread of every CTA of the cluster: shared-memory writes before it are visible to
 // distributed shared-memory reads after it.
 __device__ __forceinline__ void cluster_sync() {

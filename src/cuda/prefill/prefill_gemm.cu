@@ -14,8 +14,9 @@
 // mbarrier once its wgmmas reading the stage have completed. Copy groups bring G K blocks per pair
 // of copies. Under a programmatic launch the first weight stages load before the previous kernel
 // has completed. Split-K CTAs of one tile form a cluster and add their fp32 partial tiles in a
-// fixed order through distributed shared memory (deterministic), or (narrow tiles) the last of
-// them adds all partials from a global workspace. A
+// fixed order through distributed shared memory (deterministic; a split of 2 with 16-bit output
+// exchanges its bands through L2 instead), or (narrow tiles) the last of them adds all partials
+// from a global workspace. A
 // persistent instantiation runs one CTA per SM over many tiles: the producer keeps loading the next
 // tile while the consumers store this one (16-bit outputs through stmatrix + TMA store), and a
 // small last wave runs as half tiles (persistent_schedule).

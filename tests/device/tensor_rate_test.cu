@@ -933,6 +933,25 @@ TEST(TensorRate, DISABLED_CopyRateBySmCount) {
 // is refilled only once both CTAs' consumers have released it (each consumer warp arrives on its
 // own and its peer's empty barrier). The sources cycle through kPairSourceBlocks K blocks, L2-resident
 // (19 MB in all), a count prime to the stages so that each stage receives different blocks in turn.
+// `ctas` CTAs of `threads` threads in clusters of 2, each with `smem` bytes of dynamic shared memory.
+template <typename... Params, typename... Args>
+void launch_in_pairs(void (*kernel)(Params...), int ctas, int threads, int smem, cudaStream_t stream, Args&&... args) {
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(ctas));
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
+  cfg.dynamicSmemBytes = static_cast<std::size_t>(smem);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = 2;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
 constexpr int kPairStages = 6;
 constexpr int kPairActBytes = 256 * 64 * 2;
 constexpr int kPairWeightBytes = 4608;
@@ -1086,24 +1105,10 @@ TEST(TensorRate, DISABLED_ActivationMulticastAtThePowerCap) {
   cuda::DeviceBuffer<std::uint64_t> cycles(static_cast<std::size_t>(ctas));
   cuda::DeviceBuffer<unsigned int> mismatches(1);
   cuda::DeviceBuffer<float> sink(1);
-  CUDA_CHECK(cudaFuncSetAttribute(paired_m256_main_loop_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  kPairSmemBytes));
   auto launch = [&](int k_blocks, bool multicast, void* stream) {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(ctas));
-    cfg.blockDim = dim3(kPairThreads);
-    cfg.dynamicSmemBytes = kPairSmemBytes;
-    cfg.stream = static_cast<cudaStream_t>(stream);
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = 2;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, paired_m256_main_loop_kernel, k_blocks, multicast ? 1 : 0,
-                                  reinterpret_cast<const std::uint8_t*>(act_dev.get()), wgt_dev.get(), cycles.get(),
-                                  mismatches.get(), sink.get()));
+    launch_in_pairs(paired_m256_main_loop_kernel, ctas, kPairThreads, kPairSmemBytes, static_cast<cudaStream_t>(stream),
+                    k_blocks, multicast ? 1 : 0, reinterpret_cast<const std::uint8_t*>(act_dev.get()), wgt_dev.get(),
+                    cycles.get(), mismatches.get(), sink.get());
   };
 
   std::printf("%-9s %5s | %15s | %12s %12s %9s %7s  %s\n", "copies", "round", "burst cyc/block", "graph us",
@@ -1332,21 +1337,10 @@ TEST(ClusterExchange, DISABLED_DistributedSharedMemoryAgainstL2) {
   std::printf("%-30s %-6s | %5s | %15s %13s %16s %14s  (SM cycles per exchange, medians over CTAs)\n", "mode",
               "tile", "CTAs", "other band here", "band reduced", "closing barrier", "in a kernel");
   auto run = [&](auto kernel, const char* mode, const char* tile, bool kernel_closes) {
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kExchangeSmemBytes));
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(ctas));
-    cfg.blockDim = dim3(kExchangeThreads);
-    cfg.dynamicSmemBytes = kExchangeSmemBytes;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = 2;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
     mismatches.fill_bytes(0);
     cycles.fill_bytes(0);
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, kReps, workspace.get(), cycles.get(), mismatches.get()));
+    launch_in_pairs(kernel, ctas, kExchangeThreads, kExchangeSmemBytes, nullptr, kReps, workspace.get(), cycles.get(),
+                    mismatches.get());
     CUDA_CHECK(cudaGetLastError());
     synchronize_within(nullptr);
     ASSERT_EQ(mismatches.download()[0], 0u) << mode << ", " << tile << ": a band's sum differs from the partials'";

@@ -643,6 +643,23 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
       constexpr int W = decltype(width)::value;
       constexpr int kAccW = W / 2;  // fp32 accumulators per consumer thread (m64 x W / 128 threads)
       const int nt = unit.nt;
+      // A cluster split's band, staged by stmatrix as two 64-column halves of `band_rows` rows at
+      // `staged`, stored through out_part_map in boxes of `box_rows` (the band, or 16-row slices
+      // where the bands differ; a slice starts at a multiple of 2048 bytes, whole swizzle periods).
+      auto store_band = [&](std::uint32_t staged, int row0, int band_rows, int box_rows) {
+        ptx::fence_proxy_async();  // the generic-proxy writes, before the copy engine reads them
+        ptx::named_barrier(1, kConsumerWarpgroups * 128);
+        if (threadIdx.x == 0) {
+          for (int r = 0; r < band_rows; r += box_rows) {
+            const std::uint32_t slice = static_cast<std::uint32_t>(r * 128);
+            ptx::tma_store_2d(&out_part_map, staged + slice, nt * kBlockN, row0 + r);
+            ptx::tma_store_2d(&out_part_map, staged + static_cast<std::uint32_t>(band_rows * 128) + slice,
+                              nt * kBlockN + 64, row0 + r);
+          }
+          ptx::bulk_commit_group();
+          ptx::bulk_wait_group_read_all();  // the band outlives the copy engine's reads
+        }
+      };
       float acc[kAccW];
 #pragma unroll
       for (int i = 0; i < kAccW; ++i) acc[i] = 0.0f;
@@ -778,20 +795,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
             const std::uint32_t addr = half_base + static_cast<std::uint32_t>(row) * 128u + ((chunk ^ (row & 7)) << 4);
             ptx::stmatrix_x4_trans(addr, pack(j, 0), pack(j, 2), pack(j + 1, 0), pack(j + 1, 2));
           }
-          ptx::fence_proxy_async();  // the generic-proxy writes above, before the copy engine reads them
-          ptx::named_barrier(1, kThreads);
-          if (threadIdx.x == 0) {
-            const int row0 = unit.row0 + 16 * static_cast<int>(own.begin);
-            constexpr int box_rows = cluster_band_box_rows(BM, 2);
-            for (int rr = 0; rr < band_rows; rr += box_rows) {
-              const std::uint32_t slice = static_cast<std::uint32_t>(rr * 128);
-              ptx::tma_store_2d(&out_part_map, base + slice, nt * kBlockN, row0 + rr);
-              ptx::tma_store_2d(&out_part_map, base + static_cast<std::uint32_t>(band_rows * 128) + slice,
-                                nt * kBlockN + 64, row0 + rr);
-            }
-            ptx::bulk_commit_group();
-            ptx::bulk_wait_group_read_all();  // the band outlives the copy engine's reads
-          }
+          store_band(base, unit.row0 + 16 * static_cast<int>(own.begin), band_rows, cluster_band_box_rows(BM, 2));
         };
         // The ring must be free of both warpgroups' wgmma reads before the band is staged in it.
         ptx::named_barrier(1, kThreads);
@@ -862,9 +866,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
           // tma_store for a cluster split only where every CTA has a pair of quads
           // (cluster_band_rows), so the band [8 share_quads rows][128 columns] is written by
           // stmatrix two quads at a time, as two 64-column halves in the 128-byte swizzle, and
-          // stored by one thread through out_part_map (box: cluster_band_box_rows, the band or
-          // one 16-row slice of it; a slice starts at a multiple of 2048 bytes, whole periods of
-          // the swizzle).
+          // stored by store_band.
           const int band_rows = 8 * share_quads;
           const std::uint32_t half_base = band_base + static_cast<std::uint32_t>(warpgroup * band_rows * 128);
           const int q = lane / 8, r = lane % 8;
@@ -876,20 +878,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
             const std::uint32_t addr = half_base + static_cast<std::uint32_t>(row) * 128u + ((chunk ^ (row & 7)) << 4);
             ptx::stmatrix_x4_trans(addr, pack(a.x, a.y), pack(a.z, a.w), pack(b.x, b.y), pack(b.z, b.w));
           }
-          ptx::fence_proxy_async();  // the generic-proxy writes above, before the copy engine reads them
-          ptx::named_barrier(1, kConsumerWarpgroups * 128);
-          if (threadIdx.x == 0) {
-            const int row0 = unit.row0 + 8 * share_begin;
-            const int box_rows = cluster_band_box_rows(BM, split_k);
-            for (int r = 0; r < band_rows; r += box_rows) {
-              const std::uint32_t slice = static_cast<std::uint32_t>(r * 128);
-              ptx::tma_store_2d(&out_part_map, band_base + slice, nt * kBlockN, row0 + r);
-              ptx::tma_store_2d(&out_part_map, band_base + static_cast<std::uint32_t>(band_rows * 128) + slice,
-                                nt * kBlockN + 64, row0 + r);
-            }
-            ptx::bulk_commit_group();
-            ptx::bulk_wait_group_read_all();  // the band outlives the copy engine's reads
-          }
+          store_band(band_base, unit.row0 + 8 * share_begin, band_rows, cluster_band_box_rows(BM, split_k));
         } else {
           // Stored 16 bytes at a time like the unsplit staged tile.
           float* staged = reinterpret_cast<float*>(base_ptr + BM * kBlockN * 4);

@@ -341,7 +341,9 @@ TEST(PrefillKernel, TmaStoreEpilogueIsExactAtEveryEdge) {
   // 16-bit outputs with N % 8 == 0 leave through the copy engine: whole tiles (unsplit, or added
   // up by the last CTA of a workspace split) and the bands of a cluster split where every CTA gets
   // a pair of quads (Plan::cluster_band_rows: m128 at split 3 as 48 + 48 + 32 rows, m208 at split 2
-  // as 112 + 96, stored in 16-row boxes; m64 at split 8 has too few and stays staged).
+  // as 112 + 96, stored in 16-row boxes; m64 at split 8 has too few and stays staged). At split 2
+  // the bands are exchanged through L2 (the plan's workspace), at the other splits through
+  // distributed shared memory.
   // N = 264: two full weight tiles and one of 8 columns (its second 64-column half lies wholly
   // beyond N); M = 300, 129 and 1: partial activation tiles, so some bands lie partly or wholly
   // beyond M; N = 8: the smallest row the tensor map allows.

@@ -109,6 +109,10 @@ const std::vector<TileConfig>& tile_configs() {
       // 400-512 (M = 512: 19.99 us against m256's 24.52; cuBLAS BF16 19.7).
       {128, 8, false, 2, kWideWeightRows},  // 205,952 B
       {112, 8, false, 2, kWideWeightRows},  // 189,568 B
+      // 96 activation rows: 4 rows of them are M = 384 exactly, where m112 carries 64 idle rows, and
+      // its K block costs 879 SM cycles against m112's 969 (run 166's prototype at W2 M = 384).
+      // Run 178 (an H100): 6.6-8% faster than the picks it displaced at W2 M = 300-384.
+      {96, 8, false, 2, kWideWeightRows},  // 173,184 B
   };
   return configs;
 }
@@ -379,6 +383,10 @@ constexpr TileCost kTileCosts[] = {
     // kernel at W2 M = 400-512 (an H100, K = 2048: 19.6-20.0 us) less 32 blocks of 0.54 / 0.55 us.
     {128, false, 2, 2.50, 0.0, 0.560, 0.0, 0.0, 0.0, kWideWeightRows},
     {112, false, 2, 2.10, 0.0, 0.570, 0.0, 0.0, 0.0, kWideWeightRows},
+    // m96: no K = 6144 count; m128's entry scaled by the prototype's K = 2048 ratio (879 / 953
+    // cycles), m112's fixed part. Run 178 (an H100) timed it 17.5-17.9 us at W2 M = 300-384, where
+    // this predicts 18.6 and m112's 20.3 (timed 19.0-19.5): the same ratio to the time.
+    {96, false, 2, 2.10, 0.0, 0.516, 0.0, 0.0, 0.0, kWideWeightRows},
 };
 
 const TileCost& tile_cost(const TileConfig& config) {

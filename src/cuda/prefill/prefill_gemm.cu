@@ -1187,6 +1187,7 @@ KernelFn kernel_for(const TileConfig& c, bool dequant_act = false) {
   if (is(128, 10, false, 2)) return prefill_gemm_kernel<128, 10, false, 2>;
   if (is(128, 8, false, 2, kWideWeightRows)) return prefill_wide_kernel<128, 8, 2>;
   if (is(112, 8, false, 2, kWideWeightRows)) return prefill_wide_kernel<112, 8, 2>;
+  if (is(96, 8, false, 2, kWideWeightRows)) return prefill_wide_kernel<96, 8, 2>;
   if (is(32, 12, false, 4)) return prefill_gemm_kernel<32, 12, false, 4>;
   if (is(16, 12, false, 4)) return prefill_gemm_kernel<16, 12, false, 4>;
   if (is(64, 12, false, 4)) return prefill_gemm_kernel<64, 12, false, 4>;

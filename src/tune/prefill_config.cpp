@@ -92,11 +92,13 @@ const std::vector<TileConfig>& tile_configs() {
       // m192 needs a third row of tiles and m256 leaves SMs idle. Runs 145-146: 1-7% faster where the
       // policy takes it (W2 M = 400: 24.0 -> 22.4 us; W13 M = 800: 64.1 -> 61.1).
       {208, 6},  // 188,512 B
-      // m192 with 32 rows fewer and a stage more (one wgmma group in flight, as m192), for M =
+      // m192 with 32 rows fewer and two stages more (one wgmma group in flight, as m192), for M =
       // 289-320, 577-640 and 1153-1280: 2, 4 or 8 rows of 160 where m144 needs another row and
       // m192 / m256 leave SMs idle. Run 148 (an H100): 1.5-9.7% faster at the 13 glm5 points the
       // policy takes it (W13 M = 640: 51.6 -> 49.5 us; M = 1280: 108.3 -> 97.8).
-      {160, 7},  // 176,752 B
+      // 8 stages since run 179 (7 before): a multiple of its 2 fragment buffers, so the ring
+      // unrolls, and one stage deeper; 3.5-4.4% faster at W13 / seed M = 600-640 (an H100).
+      {160, 8},  // 201,856 B
       // m128 on a deeper ring: 10 stages of 2 K blocks per copy (one wgmma group in flight, so the
       // ring unrolls by its 2 fragment buffers) instead of G3's 9 of 3 with two in flight. The
       // consumers' loop fed through the producer loses what the ring's depth does not hide of the

@@ -38,8 +38,8 @@ TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
   EXPECT_EQ(configs[12].smem_bytes(), 12 * (96 * 128 + 4608) + 192 + 1024);
   EXPECT_EQ(configs[13].name(), "sm90a bf16 x nvfp4 m208n128k64 6 stages");
   EXPECT_EQ(configs[13].smem_bytes(), 6 * (208 * 128 + 4608) + 96 + 1024);
-  EXPECT_EQ(configs[14].name(), "sm90a bf16 x nvfp4 m160n128k64 7 stages");
-  EXPECT_EQ(configs[14].smem_bytes(), 7 * (160 * 128 + 4608) + 112 + 1024);
+  EXPECT_EQ(configs[14].name(), "sm90a bf16 x nvfp4 m160n128k64 8 stages");
+  EXPECT_EQ(configs[14].smem_bytes(), 8 * (160 * 128 + 4608) + 128 + 1024);
   EXPECT_EQ(configs[15].name(), "sm90a bf16 x nvfp4 m128n128k64 10 stages, 2 K blocks per copy");
   EXPECT_EQ(configs[15].smem_bytes(), 10 * (128 * 128 + 4608) + 160 + 1024);
   // The wide tiles: 192 weight rows, so a stage holds two packed chunks.

@@ -398,10 +398,10 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
     // unrolled with every stage a constant (the stage's addresses, the released stage, the
     // fragment buffer): ~106 instructions per K block and warp instead of 115-117 (PERF-LOG run
     // 32). Needs the buffer sequence to repeat with the ring (m192 runs 6 stages, not 7, for it:
-    // run 41, 3-4% faster). Only the m64 / m128 / m192 tiles: m256's blocks hide their loop
-    // overhead behind twice the tensor work, and unrolled, the m256 kernel spills
-    // registers (outside the main loop, measured with -Xptxas -v).
-    constexpr bool kUnrollRing = !PERSISTENT && BM <= 192 && STAGES % kBuffers == 0;
+    // run 41, 3-4% faster; m160 8: run 179). Up to m208 (run 180: ~6% faster unrolled); m256's
+    // blocks hide their loop overhead behind twice the tensor work, and unrolled, the m256 kernel
+    // spilled registers (outside the main loop, measured with -Xptxas -v).
+    constexpr bool kUnrollRing = !PERSISTENT && BM <= 208 && STAGES % kBuffers == 0;
 
     // Per-thread shared addresses in stage 0 and the descriptor of stage 0, computed once: per K
     // block only the stage's offset is added (32-bit ld.shared, see ptx::ld_shared_u32).

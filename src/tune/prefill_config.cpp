@@ -357,7 +357,10 @@ constexpr TileCost kTileCosts[] = {
     // over its four split plans timed in runs 145-146 (4.05-5.34). With m192's 2.52 the policy ran seed
     // M = 200 at split 6, 11% slower than the m64 G4 plan it displaced. Even so it runs seed M = 800
     // at split 2, which runs 145-146 timed 3% slower than m128 G3 unsplit (the H100 runs m128 G3 5-9%
-    // faster than its H200-fitted entry).
+    // faster than its H200-fitted entry). Since run 180 (its ring unrolled) it runs ~6% under this
+    // entry, and m160 (8 stages since run 179) ~4% under its own; both are left as fitted: lowered by
+    // that much they would move 112 of 5120 glm5 / deepseek-v3 points of `fp4gap plan` untimed
+    // (W13 M = 2312-3328 from the persistent m256 to m208, W2 M = 289-320 and 769-800).
     {208, false, 1, 3.81, 4.90, 0.582, 0.0, 0.0, kTmaBandSaving},
     // Set from m192's with the K block x 160 / 192 (0.448), then refit on run 148's tune: the K
     // block the median over its five unsplit plans timed (0.448-0.476), the cluster reduction the

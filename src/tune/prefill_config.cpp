@@ -360,7 +360,7 @@ constexpr TileCost kTileCosts[] = {
     // faster than its H200-fitted entry). Since run 180 (its ring unrolled) it runs ~6% under this
     // entry, and m160 (8 stages since run 179) ~4% under its own; both are left as fitted: lowered by
     // that much they would move 112 of 5120 glm5 / deepseek-v3 points of `fp4gap plan` untimed
-    // (W13 M = 2312-3328 from the persistent m256 to m208, W2 M = 289-320 and 769-800).
+    // (W13 M = 2312-3328 from the persistent m256 to m208; W2 at M = 296-320 and 584-832).
     {208, false, 1, 3.81, 4.90, 0.582, 0.0, 0.0, kTmaBandSaving},
     // Set from m192's with the K block x 160 / 192 (0.448), then refit on run 148's tune: the K
     // block the median over its five unsplit plans timed (0.448-0.476), the cluster reduction the

@@ -203,10 +203,8 @@ TEST(SassAudit, BuiltGemmKernels) {
         << std::setw(8) << "instrs" << std::setw(7) << "MMA" << std::setw(11) << "loop" << std::setw(9)
         << "loop MMA" << "  kernel\n";
   for (const KernelListing& k : kernels) {
-    const bool prefill = k.mangled.find("prefill_gemm_kernel") != std::string::npos ||
-                         k.mangled.find("prefill_wide_kernel") != std::string::npos;
-    const bool decode = k.mangled.find("decode_gemm_kernel") != std::string::npos ||
-                        k.mangled.find("decode_stream_kernel") != std::string::npos;
+    const bool prefill = k.is_prefill_gemm();
+    const bool decode = k.is_decode_gemm();
     if (!(prefill && k.arch == "sm_90a") && !decode) continue;
     const std::string mma = prefill ? "HGMMA" : "HMMA";
     const Loop loop = k.main_loop(mma);

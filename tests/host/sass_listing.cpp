@@ -17,6 +17,16 @@ int KernelListing::count(const std::string& opcode) const {
   return static_cast<int>(std::count_if(code.begin(), code.end(), [&](const Instruction& c) { return c.opcode == opcode; }));
 }
 
+bool KernelListing::is_prefill_gemm() const {
+  return mangled.find("prefill_gemm_kernel") != std::string::npos ||
+         mangled.find("prefill_wide_kernel") != std::string::npos;
+}
+
+bool KernelListing::is_decode_gemm() const {
+  return mangled.find("decode_gemm_kernel") != std::string::npos ||
+         mangled.find("decode_stream_kernel") != std::string::npos;
+}
+
 std::string KernelListing::name() const {
   int status = 0;
   const std::unique_ptr<char, void (*)(void*)> d(abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status),
@@ -155,11 +165,8 @@ std::vector<std::string> audit_gemm_kernels(const std::vector<KernelListing>& ke
   std::set<std::string> archs_with_decode;
   bool sm90a_prefill = false;
   for (const KernelListing& k : kernels) {
-    const bool prefill = (k.mangled.find("prefill_gemm_kernel") != std::string::npos ||
-                          k.mangled.find("prefill_wide_kernel") != std::string::npos) &&
-                         k.arch == "sm_90a";
-    const bool decode = k.mangled.find("decode_gemm_kernel") != std::string::npos ||
-                        k.mangled.find("decode_stream_kernel") != std::string::npos;
+    const bool prefill = k.is_prefill_gemm() && k.arch == "sm_90a";
+    const bool decode = k.is_decode_gemm();
     if (!prefill && !decode) continue;
     const std::string who = k.arch + " " + k.name() + ": ";
     if (k.local_bytes < 0) broken.push_back(who + "no resource-usage line in the listing");

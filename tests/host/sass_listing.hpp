@@ -32,6 +32,10 @@ struct KernelListing {
   std::vector<Instruction> code;  // SASS, NOPs included
 
   int count(const std::string& opcode) const;  // instructions of that opcode
+  // A prefill GEMM kernel (prefill_gemm_kernel or prefill_wide_kernel), any architecture.
+  bool is_prefill_gemm() const;
+  // A decode GEMM kernel (decode_gemm_kernel or decode_stream_kernel).
+  bool is_decode_gemm() const;
   std::string name() const;  // demangled (the symbol if it does not demangle)
   // The steady-state main loop: of the loops (backward branches) that hold `mma` instructions, the
   // one with the most per instruction, then the most of them (a kernel's unrolled K loop, not its
@@ -46,9 +50,9 @@ struct KernelListing {
 std::vector<KernelListing> parse_cuobjdump(std::string_view listing);
 
 // The rules. Each broken rule is one line naming the architecture, the kernel and the rule:
-//  - every GEMM kernel (prefill_gemm_kernel on sm_90a, decode_gemm_kernel and decode_stream_kernel
+//  - every GEMM kernel (the prefill ones on sm_90a, decode_gemm_kernel and decode_stream_kernel
 //    on every architecture) has no local memory: 0 local and 0 stack bytes, no LDL / STL;
-//  - every prefill_gemm_kernel on sm_90a issues HGMMA; every decode kernel issues HMMA;
+//  - every prefill GEMM kernel on sm_90a issues HGMMA; every decode kernel issues HMMA;
 //  - the listing holds prefill_gemm_kernel for sm_90a when `archs` names sm_90a, and
 //    decode_gemm_kernel for every architecture in `archs` (so that a listing of nothing fails).
 std::vector<std::string> audit_gemm_kernels(const std::vector<KernelListing>& kernels,

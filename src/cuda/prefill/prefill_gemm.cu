@@ -120,6 +120,17 @@ __device__ __forceinline__ std::uint32_t pack_output_pair(OutputType type, float
   return v;
 }
 
+// The shared-memory address a lane hands stmatrix .x4 .trans for quads j and j + 1 of its warp's
+// 64 output columns in a part of 128-byte rows at `part`: row 8j + 8 (q / 2) + r, chunk
+// 2 warp + q % 2 (lane = 8q + r), swizzled to chunk ^ (row % 8) as the TMA store's 128-byte
+// swizzle reads it.
+__device__ __forceinline__ std::uint32_t stmatrix_pair_addr(std::uint32_t part, int j, int warp, int lane) {
+  const int q = lane / 8, r = lane % 8;
+  const int row = 8 * (j + q / 2) + r;
+  const std::uint32_t chunk = static_cast<std::uint32_t>(2 * warp + (q & 1));
+  return part + static_cast<std::uint32_t>(row) * 128u + ((chunk ^ (row & 7)) << 4);
+}
+
 // Writes one consumer warpgroup's accumulators (a thread's W / 2, W = the tile's activation rows)
 // as its 64 output columns x W output rows of a 16-bit tile at `part`, in the 128-byte swizzle
 // (chunk c of row r at chunk c ^ (r % 8)), alpha applied, for a TMA store (box 64 columns): each
@@ -128,15 +139,12 @@ __device__ __forceinline__ std::uint32_t pack_output_pair(OutputType type, float
 template <int kAcc>
 __device__ __forceinline__ void stage_output_part(std::uint32_t part, const float (&acc)[kAcc], int warp, int lane,
                                                   OutputType out_type, float alpha) {
-  const int q = lane / 8, r = lane % 8;
-  const std::uint32_t chunk = static_cast<std::uint32_t>(2 * warp + (q & 1));
   auto pack = [&](float lo, float hi) { return pack_output_pair(out_type, alpha * lo, alpha * hi); };
 #pragma unroll
   for (int i = 0; i < kAcc / 4; i += 2) {
-    const int row = 8 * (i + q / 2) + r;
-    const std::uint32_t addr = part + static_cast<std::uint32_t>(row) * 128u + ((chunk ^ (row & 7)) << 4);
-    ptx::stmatrix_x4_trans(addr, pack(acc[4 * i], acc[4 * i + 1]), pack(acc[4 * i + 2], acc[4 * i + 3]),
-                           pack(acc[4 * i + 4], acc[4 * i + 5]), pack(acc[4 * i + 6], acc[4 * i + 7]));
+    ptx::stmatrix_x4_trans(stmatrix_pair_addr(part, i, warp, lane), pack(acc[4 * i], acc[4 * i + 1]),
+                           pack(acc[4 * i + 2], acc[4 * i + 3]), pack(acc[4 * i + 4], acc[4 * i + 5]),
+                           pack(acc[4 * i + 6], acc[4 * i + 7]));
   }
 }
 
@@ -749,11 +757,12 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
         }
         ptx::named_barrier(1, kConsumerWarpgroups * 128);
         store_staged_tile(staged, out, out_type, m, n, unit.row0, nt * kBlockN, BM, warpgroup * 128 + tid);
-      } else if (split_k == 2 && tma_store && workspace != nullptr) {
+      } else if (split_k == 2 && tma_store) {
         // A cluster split of 2 with 16-bit output through the copy engine: each CTA stores the
-        // other's band of its partial tile to the workspace (quad i of the tile at [tile][i][thread])
-        // and keeps its own band in registers; after the cluster's barrier it adds the other's
-        // partial of its band from L2 and stores the band through TMA. The exchange is bound by the
+        // other's band of its partial tile to the workspace (quad i of the tile at [tile][i][thread];
+        // the launcher has checked that there is one, Plan::workspace_bytes) and keeps its own band
+        // in registers; after the cluster's barrier it adds the other's partial of its band from L2
+        // and stores the band through TMA. The exchange is bound by the
         // bytes crossing between the SMs, which this path moves faster than distributed shared
         // memory (PERF-LOG run 171b: 2856 against 3644 SM cycles at m128 with every SM exchanging),
         // and no CTA waits for another to leave. The sum acc + other is the two ranks' partials
@@ -781,8 +790,6 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
           }
           constexpr int band_rows = 8 * kOwnQuads;
           const std::uint32_t half_base = base + static_cast<std::uint32_t>(warpgroup * band_rows * 128);
-          const int q = lane / 8, r = lane % 8;
-          const std::uint32_t chunk = static_cast<std::uint32_t>(2 * warp + (q & 1));
           auto pack = [&](int j, int e) {
             const int i = 2 * static_cast<int>(own.begin) + j;
             const float lo = acc[4 * i + e] + (e == 0 ? theirs[j].x : theirs[j].z);
@@ -791,9 +798,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
           };
 #pragma unroll
           for (int j = 0; j < kOwnQuads; j += 2) {
-            const int row = 8 * (j + q / 2) + r;
-            const std::uint32_t addr = half_base + static_cast<std::uint32_t>(row) * 128u + ((chunk ^ (row & 7)) << 4);
-            ptx::stmatrix_x4_trans(addr, pack(j, 0), pack(j, 2), pack(j + 1, 0), pack(j + 1, 2));
+            ptx::stmatrix_x4_trans(stmatrix_pair_addr(half_base, j, warp, lane), pack(j, 0), pack(j, 2), pack(j + 1, 0), pack(j + 1, 2));
           }
           store_band(base, unit.row0 + 16 * static_cast<int>(own.begin), band_rows, cluster_band_box_rows(BM, 2));
         };
@@ -869,14 +874,10 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
           // stored by store_band.
           const int band_rows = 8 * share_quads;
           const std::uint32_t half_base = band_base + static_cast<std::uint32_t>(warpgroup * band_rows * 128);
-          const int q = lane / 8, r = lane % 8;
-          const std::uint32_t chunk = static_cast<std::uint32_t>(2 * warp + (q & 1));
           auto pack = [&](float lo, float hi) { return pack_output_pair(out_type, alpha * lo, alpha * hi); };
           for (int j = 0; j < share_quads; j += 2) {
             const float4 a = reduce_quad(share_begin + j), b = reduce_quad(share_begin + j + 1);
-            const int row = 8 * (j + q / 2) + r;
-            const std::uint32_t addr = half_base + static_cast<std::uint32_t>(row) * 128u + ((chunk ^ (row & 7)) << 4);
-            ptx::stmatrix_x4_trans(addr, pack(a.x, a.y), pack(a.z, a.w), pack(b.x, b.y), pack(b.z, b.w));
+            ptx::stmatrix_x4_trans(stmatrix_pair_addr(half_base, j, warp, lane), pack(a.x, a.y), pack(a.z, a.w), pack(b.x, b.y), pack(b.z, b.w));
           }
           store_band(band_base, unit.row0 + 8 * share_begin, band_rows, cluster_band_box_rows(BM, split_k));
         } else {

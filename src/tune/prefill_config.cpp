@@ -358,17 +358,25 @@ constexpr TileCost kTileCosts[] = {
     // M = 200 at split 6, 11% slower than the m64 G4 plan it displaced. Even so it runs seed M = 800
     // at split 2, which runs 145-146 timed 3% slower than m128 G3 unsplit (the H100 runs m128 G3 5-9%
     // faster than its H200-fitted entry). Since run 180 (its ring unrolled) it runs ~6% under this
-    // entry, and m160 (8 stages since run 179) ~4% under its own; both are left as fitted: lowered by
-    // that much they would move 112 of 5120 glm5 / deepseek-v3 points of `fp4gap plan` untimed
-    // (W13 M = 2312-3328 from the persistent m256 to m208; W2 at M = 296-320 and 584-832).
-    {208, false, 1, 3.81, 4.90, 0.582, 0.0, 0.0, kTmaBandSaving},
+    // entry, and m160 (8 stages since run 179) ~4% under its own. Run 182 (fp4gap tune, an H100)
+    // timed the points a full refit would move: two waves at K = 2048 ran 5-9% faster on m160 /
+    // m208 than the picks they would displace (glm5 W2 M = 784: m160 35.2 us against the persistent
+    // m256's 37.0-38.8; deepseek-v3 W2 M = 600: m160 35.0 against 37.1-38.4; M = 800: m208 41.3
+    // against m128 G2's 43.6); one wave of m160 at W2 M = 304 ran 2.6% slower than the wide m96
+    // (18.1 against 17.7); m208 at W13 M = 3200 was 2-5% faster in graph bursts but, replayed for
+    // 1 s, 1.3% faster at glm5 and 5% slower at deepseek-v3 (K = 7168: 325.6 against 309.2 us).
+    // So both K blocks are lowered only as far as moves the two-wave W2 points (m208 0.582 ->
+    // 0.579, m160 0.470 -> 0.465): 28 of the 2560 glm5 / deepseek-v3 picks of `fp4gap plan --device
+    // 'H200 SXM'` (M = 8-4096 step 8): glm5 W2 M = 776-800, deepseek-v3 W2 M = 584-640 and 776-832.
+    {208, false, 1, 3.81, 4.90, 0.579, 0.0, 0.0, kTmaBandSaving},
     // Set from m192's with the K block x 160 / 192 (0.448), then refit on run 148's tune: the K
     // block the median over its five unsplit plans timed (0.448-0.476), the cluster reduction the
     // median over its four split-2 plans (3.09-4.16, each charged m192's TMA band saving of 0.96
     // us). With the first guess (0.455, 2.52) the policy ran seed M = 152-160 at m160, 7.7%
     // slower than the m80 plan it displaced; after the refit it leaves W2 M = 769-800 to the
-    // persistent m256 (by 0.1 us predicted), which run 148 timed 4.9% slower than m160.
-    {160, false, 1, 3.81, 3.68, 0.470, 0.0, 0.0, kTmaBandSaving},
+    // persistent m256 (by 0.1 us predicted), which run 148 timed 4.9% slower than m160. Lowered
+    // from 0.470 by run 182 (the m208 entry's comment says why and how far).
+    {160, false, 1, 3.81, 3.68, 0.465, 0.0, 0.0, kTmaBandSaving},
     // m128 on 10 stages, 2 K blocks per copy. Run 160's sweep (an H100: the glm5 shapes at M =
     // 128-1024, m128's three configs at splits 1-4, two rounds; relative least squares, median error
     // 2.3%) fits it 2.89 us fixed against G3's 3.50 (its first copy brings 2 K blocks, not 3), K block

@@ -363,7 +363,7 @@ constexpr TileCost kTileCosts[] = {
     // m208 than the picks they would displace (glm5 W2 M = 784: m160 35.2 us against the persistent
     // m256's 37.0-38.8; deepseek-v3 W2 M = 600: m160 35.0 against 37.1-38.4; M = 800: m208 41.3
     // against m128 G2's 43.6); one wave of m160 at W2 M = 304 ran 2.6% slower than the wide m96
-    // (18.1 against 17.7); m208 at W13 M = 3200 was 2-5% faster in graph bursts but, replayed for
+    // (18.1 against 17.7); m208 at W13 M = 3200 was 1-4% faster in graph bursts but, replayed for
     // 1 s, 1.3% faster at glm5 and 5% slower at deepseek-v3 (K = 7168: 325.6 against 309.2 us).
     // So both K blocks are lowered only as far as moves the two-wave W2 points (m208 0.582 ->
     // 0.579, m160 0.470 -> 0.465): 28 of the 2560 glm5 / deepseek-v3 picks of `fp4gap plan --device

@@ -99,6 +99,7 @@ const std::vector<TileConfig>& tile_configs() {
       // 8 stages since run 179 (7 before): a multiple of its 2 fragment buffers, so the ring
       // unrolls, and one stage deeper; 3.5-4.4% faster at W13 / seed M = 600-640 (an H100).
       {160, 8},  // 201,856 B
+      {160, 8, false, 2},  // experiment: m160 with 2 K blocks per copy
       // m128 on a deeper ring: 10 stages of 2 K blocks per copy (one wgmma group in flight, so the
       // ring unrolls by its 2 fragment buffers) instead of G3's 9 of 3 with two in flight. The
       // consumers' loop fed through the producer loses what the ring's depth does not hide of the
@@ -377,6 +378,7 @@ constexpr TileCost kTileCosts[] = {
     // persistent m256 (by 0.1 us predicted), which run 148 timed 4.9% slower than m160. Lowered
     // from 0.470 by run 182 (the m208 entry's comment says why and how far).
     {160, false, 1, 3.81, 3.68, 0.465, 0.0, 0.0, kTmaBandSaving},
+    {160, false, 2, 3.81, 3.68, 0.440, 0.0, 0.0, kTmaBandSaving},  // experiment
     // m128 on 10 stages, 2 K blocks per copy. Run 160's sweep (an H100: the glm5 shapes at M =
     // 128-1024, m128's three configs at splits 1-4, two rounds; relative least squares, median error
     // 2.3%) fits it 2.89 us fixed against G3's 3.50 (its first copy brings 2 K blocks, not 3), K block

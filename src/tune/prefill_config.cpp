@@ -97,9 +97,10 @@ const std::vector<TileConfig>& tile_configs() {
       // m192 / m256 leave SMs idle. Run 148 (an H100): 1.5-9.7% faster at the 13 glm5 points the
       // policy takes it (W13 M = 640: 51.6 -> 49.5 us; M = 1280: 108.3 -> 97.8).
       // 8 stages since run 179 (7 before): a multiple of its 2 fragment buffers, so the ring
-      // unrolls, and one stage deeper; 3.5-4.4% faster at W13 / seed M = 600-640 (an H100).
-      {160, 8},  // 201,856 B
-      {160, 8, false, 2},  // experiment: m160 with 2 K blocks per copy
+      // unrolls, and one stage deeper; 3.5-4.4% faster at W13 / seed M = 600-640 (an H100). 2 K
+      // blocks per copy since run 185 (an H100): 687 SM cycles per K block instead of 760, 5-9%
+      // faster at all five glm5 points timed (W13 M = 640: 47.0 -> 44.0 us).
+      {160, 8, false, 2},  // 201,856 B
       // m128 on a deeper ring: 10 stages of 2 K blocks per copy (one wgmma group in flight, so the
       // ring unrolls by its 2 fragment buffers) instead of G3's 9 of 3 with two in flight. The
       // consumers' loop fed through the producer loses what the ring's depth does not hide of the
@@ -377,8 +378,11 @@ constexpr TileCost kTileCosts[] = {
     // slower than the m80 plan it displaced; after the refit it leaves W2 M = 769-800 to the
     // persistent m256 (by 0.1 us predicted), which run 148 timed 4.9% slower than m160. Lowered
     // from 0.470 by run 182 (the m208 entry's comment says why and how far).
-    {160, false, 1, 3.81, 3.68, 0.465, 0.0, 0.0, kTmaBandSaving},
-    {160, false, 2, 3.81, 3.68, 0.440, 0.0, 0.0, kTmaBandSaving},  // experiment
+    // 2 K blocks per copy since run 185 (an H100, fp4gap tune, both configs in one binary, two
+    // rounds): the K block that keeps each of its five points (W13 M = 300 / 640 / 1280, seed M =
+    // 640 split 2, W2 M = 784) at the measured / predicted ratio the one-block config had there,
+    // median 0.432 (0.427-0.434; its timeline: 687 against 760 SM cycles per K block).
+    {160, false, 2, 3.81, 3.68, 0.432, 0.0, 0.0, kTmaBandSaving},
     // m128 on 10 stages, 2 K blocks per copy. Run 160's sweep (an H100: the glm5 shapes at M =
     // 128-1024, m128's three configs at splits 1-4, two rounds; relative least squares, median error
     // 2.3%) fits it 2.89 us fixed against G3's 3.50 (its first copy brings 2 K blocks, not 3), K block

@@ -38,7 +38,7 @@ TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
   EXPECT_EQ(configs[12].smem_bytes(), 12 * (96 * 128 + 4608) + 192 + 1024);
   EXPECT_EQ(configs[13].name(), "sm90a bf16 x nvfp4 m208n128k64 6 stages");
   EXPECT_EQ(configs[13].smem_bytes(), 6 * (208 * 128 + 4608) + 96 + 1024);
-  EXPECT_EQ(configs[14].name(), "sm90a bf16 x nvfp4 m160n128k64 8 stages");
+  EXPECT_EQ(configs[14].name(), "sm90a bf16 x nvfp4 m160n128k64 8 stages, 2 K blocks per copy");
   EXPECT_EQ(configs[14].smem_bytes(), 8 * (160 * 128 + 4608) + 128 + 1024);
   EXPECT_EQ(configs[15].name(), "sm90a bf16 x nvfp4 m128n128k64 10 stages, 2 K blocks per copy");
   EXPECT_EQ(configs[15].smem_bytes(), 10 * (128 * 128 + 4608) + 160 + 1024);
@@ -520,16 +520,20 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
                        Case{72, 4096, 6144, 80, 4, false, SplitReduction::workspace, 4},  // 14.42 (split 3: 15.37)
                        Case{72, 6144, 2048, 80, 2, false, kCluster, 4},   // 10.64 (workspace: 11.51)
                        Case{72, 2048, 6144, 80, 6, false, kCluster, 4},   // 11.09 (split 5: 11.63; workspace split 8: 12.05)
-                       Case{300, 4096, 6144, 160, 2, false},              // run 148: 29.31 (m80: 30.32)
+                       // run 148: 29.31 (m80: 30.32); run 185 (an H100), 2 K blocks per copy: 26.12 / 26.00
+                       // against the one-block m160's 27.56 / 27.58
+                       Case{300, 4096, 6144, 160, 2, false, kCluster, 2},
                        Case{300, 2048, 6144, 80, 2, false, kCluster, 4},  // 19.64 (workspace: 20.43)
                        // run 148: m160 19.04 (m192: 19.52); run 178 (an H100): the wide m96 17.76 / 17.51
                        // against m160's 19.02 / 18.95
                        Case{300, 6144, 2048, 96, 1, false, kCluster, 2, kWideWeightRows},
-                       // Run 148's `fp4gap tune` (an H100), m160 (the runner-up in brackets)
-                       Case{600, 4096, 6144, 160, 1, false},    // 49.13 (m192: 50.73)
-                       Case{1200, 4096, 6144, 160, 1, false},   // 97.37 (m256 persistent: 108.12)
-                       Case{600, 2048, 6144, 160, 2, false},    // 29.57 (m80: 30.39)
-                       Case{1200, 2048, 6144, 160, 1, false},   // 49.23 (m192: 49.91)
+                       // Run 148's `fp4gap tune` (an H100), m160 (the runner-up in brackets); 2 K
+                       // blocks per copy since run 185, 5-9% faster than the one-block m160 at M = 640
+                       // and 1280
+                       Case{600, 4096, 6144, 160, 1, false, kCluster, 2},   // 49.13 (m192: 50.73)
+                       Case{1200, 4096, 6144, 160, 1, false, kCluster, 2},  // 97.37 (m256 persistent: 108.12)
+                       Case{600, 2048, 6144, 160, 2, false, kCluster, 2},   // 29.57 (m80: 30.39)
+                       Case{1200, 2048, 6144, 160, 1, false, kCluster, 2},  // 49.23 (m192: 49.91)
                        // M = 16, 32: run 52, the one-k-group tiles with 4 K blocks per copy (the
                        // two-k-group tiles' best in the same sweep in brackets).
                        Case{32, 4096, 6144, 32, 4, false, SplitReduction::workspace, 4},  // 11.51 (12.92)

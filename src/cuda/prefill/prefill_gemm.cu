@@ -1184,7 +1184,6 @@ KernelFn kernel_for(const TileConfig& c, bool dequant_act = false) {
   if (is(80, 12, false, 4)) return prefill_gemm_kernel<80, 12, false, 4>;
   if (is(96, 12, false, 4)) return prefill_gemm_kernel<96, 12, false, 4>;
   if (is(208, 6, false, 1)) return prefill_gemm_kernel<208, 6, false, 1>;
-  if (is(160, 8, false, 1)) return prefill_gemm_kernel<160, 8, false, 1>;
   if (is(160, 8, false, 2)) return prefill_gemm_kernel<160, 8, false, 2>;
   if (is(128, 10, false, 2)) return prefill_gemm_kernel<128, 10, false, 2>;
   if (is(128, 8, false, 2, kWideWeightRows)) return prefill_wide_kernel<128, 8, 2>;

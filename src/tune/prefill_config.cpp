@@ -381,7 +381,11 @@ constexpr TileCost kTileCosts[] = {
     // 2 K blocks per copy since run 185 (an H100, fp4gap tune, both configs in one binary, two
     // rounds): the K block that keeps each of its five points (W13 M = 300 / 640 / 1280, seed M =
     // 640 split 2, W2 M = 784) at the measured / predicted ratio the one-block config had there,
-    // median 0.432 (0.427-0.434; its timeline: 687 against 760 SM cycles per K block).
+    // median 0.432 (0.427-0.434; its timeline: 687 against 760 SM cycles per K block). It moves 36
+    // of 2560 picks of `fp4gap plan --device 'H200 SXM'` to m160, which run 186 (an H100) timed
+    // faster: glm5 W2 M = 296-320 from the wide m96 (M = 304: 17.35 against 17.62 us) and W13 M =
+    // 3080-3200 (glm5, deepseek-v3) from the persistent m256 (M = 3200: 236.6 against 254.7 and
+    // 267.9 against 294.9; glm5 replayed for 1 s 250.5 against 260.1).
     {160, false, 2, 3.81, 3.68, 0.432, 0.0, 0.0, kTmaBandSaving},
     // m128 on 10 stages, 2 K blocks per copy. Run 160's sweep (an H100: the glm5 shapes at M =
     // 128-1024, m128's three configs at splits 1-4, two rounds; relative least squares, median error

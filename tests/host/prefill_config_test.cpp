@@ -525,8 +525,9 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
                        Case{300, 4096, 6144, 160, 2, false, kCluster, 2},
                        Case{300, 2048, 6144, 80, 2, false, kCluster, 4},  // 19.64 (workspace: 20.43)
                        // run 148: m160 19.04 (m192: 19.52); run 178 (an H100): the wide m96 17.76 / 17.51
-                       // against m160's 19.02 / 18.95
-                       Case{300, 6144, 2048, 96, 1, false, kCluster, 2, kWideWeightRows},
+                       // against m160's 19.02 / 18.95; run 186 (an H100, M = 304): m160 with 2 K blocks
+                       // per copy 17.35 against the wide m96's 17.62
+                       Case{300, 6144, 2048, 160, 1, false, kCluster, 2},
                        // Run 148's `fp4gap tune` (an H100), m160 (the runner-up in brackets); 2 K
                        // blocks per copy since run 185, 5-9% faster than the one-block m160 at M = 640
                        // and 1280

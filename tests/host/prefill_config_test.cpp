@@ -25,7 +25,7 @@ TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
   EXPECT_EQ(configs[1].name(), "sm90a bf16 x nvfp4 m128n128k64 9 stages");
   EXPECT_EQ(configs[2].name(), "sm90a bf16 x nvfp4 m64n128k64 12 stages");
   EXPECT_EQ(configs[3].name(), "sm90a bf16 x nvfp4 m256n128k64 4 stages persistent");
-  EXPECT_EQ(configs[4].name(), "sm90a bf16 x nvfp4 m192n128k64 6 stages");
+  EXPECT_EQ(configs[4].name(), "sm90a bf16 x nvfp4 m192n128k64 6 stages, 2 K blocks per copy");
   EXPECT_EQ(configs[5].name(), "sm90a bf16 x nvfp4 m192n128k64 6 stages persistent");
   EXPECT_EQ(configs[6].name(), "sm90a bf16 x nvfp4 m128n128k64 9 stages, 3 K blocks per copy");
   EXPECT_EQ(configs[7].name(), "sm90a bf16 x nvfp4 m32n128k64 12 stages, 4 K blocks per copy");
@@ -464,14 +464,14 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
                        // run 178 (an H100) the wide m96, the same 128 tiles without idle rows: 17.93 /
                        // 17.90 us against m112's 19.42 / 19.40 and m192's 19.57 / 19.69
                        Case{384, 6144, 2048, 96, 1, false, kCluster, 2, kWideWeightRows},
-                       Case{768, 4096, 6144, 192, 1, false},    // run 48: 54.51 (persistent: 56.60)
+                       Case{768, 4096, 6144, 192, 1, false, kCluster, 2},  // run 48: 54.51 (persistent: 56.60)
                        Case{4096, 4096, 6144, 256, 1, true},    // 301.61
                        // Run 112, replayed for 1 s at the power cap: 155.94 (6-stage: 167.96), 80.56
                        // (83.70); in the graph burst 150.97 (141.77), 72.05 (72.29)
                        Case{4096, 6144, 2048, 256, 1, true},
                        Case{2048, 6144, 2048, 256, 1, true},
-                       Case{384, 4096, 6144, 192, 2, false},    // 32.77
-                       Case{768, 2048, 6144, 192, 2, false},    // 32.63
+                       Case{384, 4096, 6144, 192, 2, false, kCluster, 2},  // 32.77
+                       Case{768, 2048, 6144, 192, 2, false, kCluster, 2},  // 32.63
                        Case{768, 6144, 2048, 192, 1, true},     // 33.06 (60 of 192 tiles halved)
                        Case{1024, 6144, 2048, 256, 1, true},    // 37.81 (60 of 192 tiles halved)
                        Case{1536, 4096, 6144, 256, 1, true},    // 112.17 (60 of 192 tiles halved)

@@ -1174,7 +1174,7 @@ KernelFn kernel_for(const TileConfig& c, bool dequant_act = false) {
     throw InvalidArgument("no prefill kernel dequantizing NVFP4 activations compiled for " + c.name());
   }
   if (is(256, 6, false, 1)) return prefill_gemm_kernel<256, 6, false, 1>;
-  if (is(192, 6, false, 1)) return prefill_gemm_kernel<192, 6, false, 1>;
+  if (is(192, 6, false, 2)) return prefill_gemm_kernel<192, 6, false, 2>;
   if (is(128, 9, false, 1)) return prefill_gemm_kernel<128, 9, false, 1>;
   if (is(64, 12, false, 1)) return prefill_gemm_kernel<64, 12, false, 1>;
   if (is(256, 4, true, 1)) return prefill_gemm_kernel<256, 4, true, 1>;

@@ -376,6 +376,7 @@ constexpr TileCost kTileCosts[] = {
     // So both K blocks are lowered only as far as moves the two-wave W2 points (m208 0.582 ->
     // 0.579, m160 0.470 -> 0.465): 28 of the 2560 glm5 / deepseek-v3 picks of `fp4gap plan --device
     // 'H200 SXM'` (M = 8-4096 step 8): glm5 W2 M = 776-800, deepseek-v3 W2 M = 584-640 and 776-832.
+    // (m160's entry has been run 185's since, for its copy-grouped kernel.)
     {208, false, 1, 3.81, 4.90, 0.579, 0.0, 0.0, kTmaBandSaving},
     // Set from m192's with the K block x 160 / 192 (0.448), then refit on run 148's tune: the K
     // block the median over its five unsplit plans timed (0.448-0.476), the cluster reduction the

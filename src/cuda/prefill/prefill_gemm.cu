@@ -798,7 +798,8 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
           };
 #pragma unroll
           for (int j = 0; j < kOwnQuads; j += 2) {
-            ptx::stmatrix_x4_trans(stmatrix_pair_addr(half_base, j, warp, lane), pack(j, 0), pack(j, 2), pack(j + 1, 0), pack(j + 1, 2));
+            ptx::stmatrix_x4_trans(stmatrix_pair_addr(half_base, j, warp, lane), pack(j, 0), pack(j, 2), pack(j + 1, 0),
+                                   pack(j + 1, 2));
           }
           store_band(base, unit.row0 + 16 * static_cast<int>(own.begin), band_rows, cluster_band_box_rows(BM, 2));
         };
@@ -877,7 +878,8 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
           auto pack = [&](float lo, float hi) { return pack_output_pair(out_type, alpha * lo, alpha * hi); };
           for (int j = 0; j < share_quads; j += 2) {
             const float4 a = reduce_quad(share_begin + j), b = reduce_quad(share_begin + j + 1);
-            ptx::stmatrix_x4_trans(stmatrix_pair_addr(half_base, j, warp, lane), pack(a.x, a.y), pack(a.z, a.w), pack(b.x, b.y), pack(b.z, b.w));
+            ptx::stmatrix_x4_trans(stmatrix_pair_addr(half_base, j, warp, lane), pack(a.x, a.y), pack(a.z, a.w),
+                                   pack(b.x, b.y), pack(b.z, b.w));
           }
           store_band(band_base, unit.row0 + 8 * share_begin, band_rows, cluster_band_box_rows(BM, split_k));
         } else {

@@ -73,7 +73,7 @@ struct TileConfig {
   // stage each. A CTA's copy engine keeps only a few copies in flight, whatever their size
   // (PERF-LOG run 42: a stream of 4.6 KB copies arrives at ~34 GB/s per CTA, of 37 KB ones at
   // ~165); m128 runs ~10% faster per K block with 3 (runs 43-45), the narrow tiles 19-25% with 4
-  // (runs 52-53). Divides `stages`; not persistent.
+  // (runs 52-53). Divides `stages`.
   int copy_group = 1;
   // Weight rows per CTA (the output columns of a tile): kBlockN, two consumer warpgroups of 64
   // rows, or kWideWeightRows, three (a wide tile, KERNELS-prefill item 1f: a 512-thread kernel of

@@ -120,17 +120,22 @@ const std::vector<TileConfig>& tile_configs() {
       // its K block costs 879 SM cycles against m112's 969 (run 166's prototype at W2 M = 384).
       // Run 178 (an H100): 6.6-8% faster than the picks it displaced at W2 M = 300-384.
       {96, 8, false, 2, kWideWeightRows},  // 173,184 B
+      // m128 with 2 K blocks per copy, persistent: 8 stages beside the 32 KB output staging
+      // (201,856 B). Two or more waves of m128 tiles at K = 2048, where each non-persistent CTA
+      // spends ~3.6 us of ~15 outside its main loop (PERF-LOG run 184): here the next tile's first
+      // copy groups load during the epilogue, and the ring, 4 whole rounds of a 32-block range,
+      // still unrolls. Run 189 (an H100): 7-11% faster than the picks it displaced (W2 M = 640
+      // 28.4 -> 26.0 us; M = 1344 55.7 -> 50.8).
+      {128, 8, true, 2},
   };
   return configs;
 }
 
 Status check_tile_config(const TileConfig& c, const DeviceContext& device) {
-  if (c.copy_group < 1 || c.stages % c.copy_group != 0 || (c.copy_group > 1 && c.persistent)) {
-    // A group's copies fill whole ring stages in one round: the ring must hold whole groups, and a
-    // persistent CTA's next tile would start mid-group.
+  if (c.copy_group < 1 || c.stages % c.copy_group != 0) {
+    // A group's copies fill whole ring stages in one round: the ring must hold whole groups.
     std::ostringstream os;
-    os << c.name() << ": " << c.copy_group << " K blocks per copy must divide the " << c.stages
-       << " stages, and a persistent config copies one K block at a time";
+    os << c.name() << ": " << c.copy_group << " K blocks per copy must divide the " << c.stages << " stages";
     return Status::not_supported(os.str());
   }
   const std::int64_t need = c.smem_bytes() + kKernelStaticSmemBytes;
@@ -327,6 +332,16 @@ constexpr TileCost kTileCosts[] = {
     // timed them, until a run times the points a lower entry would move.
     {192, false, 2, 3.81, 2.52, 0.537, 0.0, 0.0, kTmaBandSaving},
     {192, true, 1, 2.35, 0.0, 0.545, 0.42},
+    // m128 G2 persistent: the 10-stage G2's K block (the same unrolled loop); fixed part and half
+    // tile fitted to run 189 (an H100, fp4gap tune, two rounds): at six W2-like points it ran at
+    // 0.90-0.96 of the provisional entry (fixed 1.8, half 0.27) where the plans beside it ran at
+    // 0.93-1.05 of theirs. Fixed 1.5 keeps its ratio to the 10-stage G2 at M = 640 (26.0 against
+    // 28.4 us); half 0.315 puts three waves at W2 M = 768 (two whole, one of halves) where it
+    // measured, 3% behind the persistent m192. It takes 52 of the 2560 glm5 / deepseek-v3 picks
+    // of `fp4gap plan --device 'H200 SXM'`, each in a range run 189 timed faster (7-11%): glm5 W2
+    // M = 520-640 and 1288-1408, deepseek-v3 W2 M = 776-896 and 1128-1152. At W2 M = 1024 it ran
+    // 4% under the persistent m256's plain launch and is not picked (the model puts it 8% over).
+    {128, true, 2, 1.50, 0.0, 0.3775, 0.315},
     // The narrow tiles with 4 K blocks per copy, from run 52's sweep at M = 16, 32, 64 (median
     // error 2.6-4.0%), scaled by their fitted ratios to the tiles with twice the consumer warps
     // (removed since), whose entries came from runs 16 and 38, so that they keep the calibration

@@ -20,7 +20,7 @@ using test::h200_context;
 
 TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
   const std::vector<TileConfig>& configs = tile_configs();
-  ASSERT_EQ(configs.size(), 19u);
+  ASSERT_EQ(configs.size(), 20u);
   EXPECT_EQ(configs[0].name(), "sm90a bf16 x nvfp4 m256n128k64 6 stages");
   EXPECT_EQ(configs[1].name(), "sm90a bf16 x nvfp4 m128n128k64 9 stages");
   EXPECT_EQ(configs[2].name(), "sm90a bf16 x nvfp4 m64n128k64 12 stages");
@@ -49,6 +49,9 @@ TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
   EXPECT_EQ(configs[17].smem_bytes(), 8 * (112 * 128 + 2 * 4608) + 128 + 1024);
   EXPECT_EQ(configs[18].name(), "sm90a bf16 x nvfp4 m96n192k64 8 stages, 2 K blocks per copy");
   EXPECT_EQ(configs[18].smem_bytes(), 8 * (96 * 128 + 2 * 4608) + 128 + 1024);
+  // A persistent config's output staging comes first.
+  EXPECT_EQ(configs[19].name(), "sm90a bf16 x nvfp4 m128n128k64 8 stages persistent, 2 K blocks per copy");
+  EXPECT_EQ(configs[19].smem_bytes(), 128 * 128 * 2 + 8 * (128 * 128 + 4608) + 128 + 1024);
   // Two consumer warpgroups (three for the wide tiles) and one producer warpgroup.
   for (const TileConfig& c : configs) {
     EXPECT_EQ(c.threads(), c.weight_rows == kWideWeightRows ? 512 : 384) << c.name();
@@ -111,9 +114,9 @@ TEST(PrefillConfig, FeasibilityAgainstTheDeviceLimit) {
   }
 }
 
-TEST(PrefillConfig, CopyGroupsFillWholeRingsOfOneTile) {
-  // 2 K blocks per copy do not divide 9 stages; a persistent CTA's next tile would start mid-group.
-  for (const TileConfig& c : {TileConfig{128, 9, false, 2}, TileConfig{256, 4, true, 2}, TileConfig{64, 12, false, 0}}) {
+TEST(PrefillConfig, CopyGroupsFillWholeRings) {
+  // 2 K blocks per copy do not divide 9 stages, nor 3 a persistent config's 4.
+  for (const TileConfig& c : {TileConfig{128, 9, false, 2}, TileConfig{256, 4, true, 3}, TileConfig{64, 12, false, 0}}) {
     const Status s = check_tile_config(c, h200_context());
     EXPECT_EQ(s.code, StatusCode::not_supported) << c.name();
     EXPECT_NE(s.reason.find("K blocks per copy must divide the " + std::to_string(c.stages) + " stages"),
@@ -121,6 +124,7 @@ TEST(PrefillConfig, CopyGroupsFillWholeRingsOfOneTile) {
         << s.reason;
   }
   EXPECT_TRUE(check_tile_config(TileConfig{64, 12, false, 4}, h200_context()).is_ok());
+  EXPECT_TRUE(check_tile_config(TileConfig{128, 8, true, 2}, h200_context()).is_ok());
 }
 
 // W4A4 activations dequantized in the kernel: tiles of at most 64 rows, not persistent, whole K
@@ -356,10 +360,15 @@ TEST(PrefillPlan, LaunchFillCountsTheCtasItLaunches) {
 
 TEST(PrefillPolicy, APersistentConfigIsNotOfferedForOneWave) {
   // N = 6144, K = 2048, M = 384: 96 m192, m208 or m256 tiles on 132 CTAs. A persistent CTA would run one
-  // tile, which the non-persistent kernel of the same tile runs faster (PERF-LOG runs 45, 48).
-  int persistent = 0, plain = 0;
+  // tile, which the non-persistent kernel of the same tile runs faster (PERF-LOG runs 45, 48). The
+  // 144 m128 tiles are two waves: the persistent m128 is offered.
+  int persistent = 0, plain = 0, persistent_m128 = 0;
   for (const PlanCandidate& c : plan_candidates(384, 6144, 2048, h200_context())) {
-    if (c.config.persistent) {
+    if (c.config.persistent && c.config.block_m == 128) {
+      ++persistent_m128;
+      EXPECT_TRUE(c.status.is_ok()) << c.config.name() << ": " << c.status.reason;
+      EXPECT_EQ(c.waves, 2);
+    } else if (c.config.persistent) {
       ++persistent;
       EXPECT_EQ(c.status.code, StatusCode::not_supported) << c.config.name();
       EXPECT_TRUE(c.status.reason.find("96 tiles fit one wave of 132 CTAs") != std::string::npos) << c.status.reason;
@@ -369,6 +378,7 @@ TEST(PrefillPolicy, APersistentConfigIsNotOfferedForOneWave) {
     }
   }
   EXPECT_EQ(persistent, 2);
+  EXPECT_EQ(persistent_m128, 1);
   EXPECT_EQ(plain, 3);
   // Two waves of tiles: offered again.
   const Plan p = choose_plan(4096, 6144, 2048, h200_context());
@@ -506,8 +516,13 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
                        // against m80 split 2's 19.34 with its bands through TMA; since split 2 exchanges
                        // through L2, run 174 (an H100) at M = 272: m80 split 2 18.44, m144 split 3 18.74
                        Case{264, 2048, 6144, 80, 2, false, kCluster, 4},
-                       // 29.30 (m144: 31.60); run 162 at M = 576: G2 29.12 against G3's 29.44
-                       Case{520, 6144, 2048, 128, 1, false, kCluster, 2},
+                       // 29.30 (m144: 31.60); run 162 at M = 576: G2 29.12 against G3's 29.44. Since run
+                       // 189 (an H100) the persistent m128 G2 at M = 520-640: M = 640 26.05 / 25.82 us
+                       // against the 10-stage G2's 28.43 / 28.32
+                       Case{520, 6144, 2048, 128, 1, true, kCluster, 2},
+                       // Run 189: four waves of m128 tiles, persistent 50.86 / 50.66 against the
+                       // persistent m192's 55.75 / 55.57
+                       Case{1344, 6144, 2048, 128, 1, true, kCluster, 2},
                        // Just past a multiple of 192: runs 145-146's `fp4gap tune` (an H100), m208
                        Case{400, 4096, 6144, 208, 2, false},  // 36.61 (m128 G3: 36.94)
                        Case{800, 4096, 6144, 208, 1, false},  // 60.95 (m256: 62.90)
@@ -647,13 +662,13 @@ TEST(PrefillPolicy, CandidatesCoverEveryPlanAndSayWhyOthersCannotRun) {
   // In tile_configs() order: m256, m128, m64, the persistent m256, the two m192 configs and m128
   // with copy groups unfit, then m32 and m16 x split 1, and splits 2..8 each with a cluster and
   // then a workspace reduction, then m64 with copy groups, m144, m80, m96, m208, m160, the
-  // 10-stage m128 and the three wide tiles unfit.
+  // 10-stage m128, the three wide tiles and the persistent m128 unfit.
   constexpr std::size_t kPerConfig = 1 + 2 * (kMaxSplitK - 1);
   constexpr std::size_t kUnfit[] = {0, 1, 2, 3, 4, 5, 6, 7 + 2 * kPerConfig, 8 + 2 * kPerConfig, 9 + 2 * kPerConfig,
                                     10 + 2 * kPerConfig, 11 + 2 * kPerConfig, 12 + 2 * kPerConfig,
                                     13 + 2 * kPerConfig, 14 + 2 * kPerConfig, 15 + 2 * kPerConfig,
-                                    16 + 2 * kPerConfig};
-  ASSERT_EQ(c.size(), 17u + 2 * kPerConfig);
+                                    16 + 2 * kPerConfig, 17 + 2 * kPerConfig};
+  ASSERT_EQ(c.size(), 18u + 2 * kPerConfig);
   for (const std::size_t i : kUnfit) {
     EXPECT_EQ(c[i].status.code, StatusCode::not_supported) << c[i].config.name();
     EXPECT_NE(c[i].status.reason.find(std::to_string(c[i].config.smem_bytes())), std::string::npos) << c[i].status.reason;

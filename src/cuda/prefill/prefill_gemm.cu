@@ -204,7 +204,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
   };
   if (timeline != nullptr && threadIdx.x == 0) timeline_field(0) = ptx::global_timer();
   constexpr int kActStageBytes = BM * kBlockK * 2;
-  static_assert(GROUP == 1 || (!PERSISTENT && STAGES % GROUP == 0), "copy groups fill whole rounds of one tile's ring");
+  static_assert(STAGES % GROUP == 0, "copy groups fill whole rounds of the ring");
   static_assert(!DEQUANT_ACT || TileConfig::dequantizes_activations(BM, PERSISTENT), "see TileConfig");
   constexpr int kSteps = 4;  // k16 steps of a K block
   constexpr int kConsumerThreads = kConsumerWarpgroups * 128;
@@ -336,7 +336,8 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
             unit.half ? (edge ? &act_half_edge_map : &act_half_map) : (edge ? &act_edge_map : &act_map);
         for (int kb = static_cast<int>(kr.begin); kb < static_cast<int>(kr.end); kb += GROUP, ++loaded) {
           const int nb = group_blocks(kb);
-          const bool act_2d = edge || act_tile_2d(kb, nb);
+          // The group map's box is a whole tile's rows: a half tile's blocks come one 2D copy each.
+          const bool act_2d = edge || unit.half || act_tile_2d(kb, nb);
           if (loaded >= prefetched) {
             // Released in order: the group's last stage free means all of its stages are.
             ptx::mbarrier_wait(empty_bar(stage + GROUP - 1), phase ^ 1);
@@ -356,6 +357,8 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
             ptx::bulk_load(base + wgt_offset + stage * kChunkBytes, weights + chunk_offset(unit.nt, kb, k_blocks),
                            nb * kChunkBytes, full_bar(stage));
           }
+          // A whole group's stages even where the range ends inside it (a persistent CTA's next
+          // unit starts at a group's first stage; the consumers release the unused ones).
           const bool wrap = stage == STAGES - GROUP;
           stage = wrap ? 0 : stage + GROUP;
           phase ^= wrap ? 1u : 0u;
@@ -409,7 +412,11 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
     // run 41, 3-4% faster; m160 8: run 179). Up to m208 (run 180: ~6% faster unrolled); m256's
     // blocks hide their loop overhead behind twice the tensor work, and unrolled, the m256 kernel
     // spilled registers (outside the main loop, measured with -Xptxas -v).
-    constexpr bool kUnrollRing = !PERSISTENT && BM <= 208 && STAGES % kBuffers == 0;
+    // A persistent CTA's unit starts wherever the previous one left the ring: its whole passes run
+    // unrolled only from stage 0, which every unit does where the K range is a whole number of
+    // rings (the persistent m128 at K = 2048 or 6144; the persistent m192 only its first unit at
+    // K = 2048, all of them at K = 6144).
+    constexpr bool kUnrollRing = BM <= 208 && STAGES % kBuffers == 0;
 
     // Per-thread shared addresses in stage 0 and the descriptor of stage 0, computed once: per K
     // block only the stage's offset is added (32-bit ld.shared, see ptx::ld_shared_u32).
@@ -556,7 +563,10 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
     auto main_loop = [&](auto& acc) {
       int it = 0;
       if constexpr (kUnrollRing) {
-        for (; it + STAGES <= iters; it += STAGES) {
+        // A bound, not a branch around the loop: ptxas then keeps the wgmmas in flight across the
+        // join (a branch serialized them, C7515).
+        const int unrolled = !PERSISTENT || stage == 0 ? iters : 0;
+        for (; it + STAGES <= unrolled; it += STAGES) {
           [&]<int... U>(std::integer_sequence<int, U...>) {
             (consume_at(it + U >= kInFlight, it + U, std::integral_constant<int, U>{}, acc), ...);
           }(std::make_integer_sequence<int, STAGES>{});
@@ -679,6 +689,16 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
 #pragma unroll
       for (int j = 0; j < kInFlight; ++j) {
         if (iters - kInFlight + j >= 0 && lane == 0) ptx::mbarrier_arrive(empty_bar(pending[j]));
+      }
+      if constexpr (PERSISTENT && GROUP > 1) {
+        // A range ending inside a copy group leaves the group's last stages unused: the producer
+        // starts the next unit at the next group, once the group's last stage is released.
+        for (int j = iters % GROUP; j != 0 && j < GROUP; ++j) {
+          if (lane == 0) ptx::mbarrier_arrive(empty_bar(stage));
+          const bool wrap = stage == STAGES - 1;
+          stage = wrap ? 0 : stage + 1;
+          phase ^= wrap ? 1u : 0u;
+        }
       }
       if (timeline != nullptr && threadIdx.x == 0) {
         const std::uint64_t now = ptx::global_timer();
@@ -1181,6 +1201,7 @@ KernelFn kernel_for(const TileConfig& c, bool dequant_act = false) {
   if (is(64, 12, false, 1)) return prefill_gemm_kernel<64, 12, false, 1>;
   if (is(256, 4, true, 1)) return prefill_gemm_kernel<256, 4, true, 1>;
   if (is(192, 6, true, 1)) return prefill_gemm_kernel<192, 6, true, 1>;
+  if (is(128, 8, true, 2)) return prefill_gemm_kernel<128, 8, true, 2>;
   if (is(128, 9, false, 3)) return prefill_gemm_kernel<128, 9, false, 3>;
   if (is(144, 9, false, 3)) return prefill_gemm_kernel<144, 9, false, 3>;
   if (is(80, 12, false, 4)) return prefill_gemm_kernel<80, 12, false, 4>;

@@ -325,12 +325,22 @@ constexpr TileCost kTileCosts[] = {
     // Run 34's sweep at M = 384, 768, 1536 (54 plans, median error 3.0%): ~84% of m192's tensor
     // rate (0.537 us per K block against m256's 0.613-0.638 for 4/3 the work). The persistent
     // one's 0.545 (least squares: 0.537, within the spread of its one-wave points, 0.51-0.56)
-    // keeps the m256 persistent plan at M = 1536, N = 4096, K = 6144, where two waves of m192
+    // kept (until run 188) the m256 persistent plan at M = 1536, N = 4096, K = 6144, where two waves of m192
     // measured 6% slower than the model says (power-limited, as the m256 kernels at M >= 1024).
-    // 2 K blocks per copy since run 187, 3-6% faster than the one-block m192 this entry was fitted
-    // to at the four points timed; left as fitted, so that the policy's picks stay where runs 34-186
-    // timed them, until a run times the points a lower entry would move.
-    {192, false, 2, 3.81, 2.52, 0.537, 0.0, 0.0, kTmaBandSaving},
+    // 2 K blocks per copy since run 187, 3-6% faster than the one-block m192 the entry (3.81 us
+    // fixed, K block 0.537) was fitted to. Run 188 (an H100, fp4gap tune, two rounds) timed where a
+    // lower K block moves picks: 96-block tiles 6-12% faster than the picks displaced (W13 M = 1400
+    // 99.8 / 101.1 us against the persistent m256's 112.8 / 107.4; W13 M = 2200 167.1 / 164.4
+    // against the persistent m192's 170.1 / 179.7, replayed for 1 s 172.5 against 183.1; seed M =
+    // 2800 98.4 against the persistent m256's 109.4 / 112.3, for 1 s 114.5 against 120.5), but
+    // 32-block tiles not: deepseek-v3 W2 M = 360 19.8 / 20.0 against the wide m128n192's 19.5 /
+    // 19.7, and W2 M = 160 at split 2 20% behind m80 G4. Refit on both kinds: at the H100's ~0.94
+    // of the H200 entries, M = 1400 / 2800 and W13 M = 768 put a 96-block tile at ~53 us, deepseek-v3
+    // W2 M = 360 a 32-block one at ~21.2 and W2 M = 3200 (7 waves) at ~20.9 each. Fixed 4.70, K block
+    // 0.505 fits those within 2% and moves 192 of the 2560 picks of `fp4gap plan --device 'H200
+    // SXM'`, each in a range run 188 timed faster: W13 M = 1288-1536 and 2056-2304 (glm5, deepseek-v3;
+    // from the persistent m256 / m192 and m144 G3), seed M = 2568-3072 (from the persistent m256).
+    {192, false, 2, 4.70, 2.52, 0.505, 0.0, 0.0, kTmaBandSaving},
     {192, true, 1, 2.35, 0.0, 0.545, 0.42},
     // m128 G2 persistent: the 10-stage G2's K block (the same unrolled loop); fixed part and half
     // tile fitted to run 189 (an H100, fp4gap tune, two rounds): at six W2-like points it ran at

@@ -484,7 +484,10 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
                        Case{768, 2048, 6144, 192, 2, false, kCluster, 2},  // 32.63
                        Case{768, 6144, 2048, 192, 1, true},     // 33.06 (60 of 192 tiles halved)
                        Case{1024, 6144, 2048, 256, 1, true},    // 37.81 (60 of 192 tiles halved)
-                       Case{1536, 4096, 6144, 256, 1, true},    // 112.17 (60 of 192 tiles halved)
+                       // Run 34: the persistent m256 112.17 (60 of 192 tiles halved); since run 188 (an
+                       // H100) m192 G2, the same 256 tiles as at M = 1400, where it took 99.77 / 101.10
+                       // against the persistent m256's 112.76 / 107.43
+                       Case{1536, 4096, 6144, 192, 1, false, kCluster, 2},
                        Case{1536, 6144, 2048, 192, 1, true},    // 56.07
                        // M = 48-128: runs 53-54, m64 with 4 K blocks per copy beside the others
                        // (the best plan of the runner-up family in brackets).

@@ -475,6 +475,12 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
       for (int j = 0; j < kSteps; ++j) Wgmma<W>::mma(acc, frag[b][j], desc[j]);
       ptx::wgmma_commit();
     };
+    // One stage along the ring (the phase flips after its last stage).
+    auto next_stage = [&] {
+      const bool wrap = stage == STAGES - 1;
+      stage = wrap ? 0 : stage + 1;
+      phase ^= wrap ? 1u : 0u;
+    };
     // The next K block of the current tile at the ring position (stage, phase); `release`: the
     // block kInFlight before it belongs to this tile.
     auto consume = [&](bool release, int block, auto buffer, auto& acc) {
@@ -486,9 +492,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
 #pragma unroll
       for (int j = 0; j + 1 < kInFlight; ++j) pending[j] = pending[j + 1];
       pending[kInFlight - 1] = stage;
-      const bool wrap = stage == STAGES - 1;
-      stage = wrap ? 0 : stage + 1;
-      phase ^= wrap ? 1u : 0u;
+      next_stage();
     };
     // The same at a constant ring stage S (the ring-unrolled loop; the phase flips after the
     // ring's last stage).
@@ -695,9 +699,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
         // starts the next unit at the next group, once the group's last stage is released.
         for (int j = iters % GROUP; j != 0 && j < GROUP; ++j) {
           if (lane == 0) ptx::mbarrier_arrive(empty_bar(stage));
-          const bool wrap = stage == STAGES - 1;
-          stage = wrap ? 0 : stage + 1;
-          phase ^= wrap ? 1u : 0u;
+          next_stage();
         }
       }
       if (timeline != nullptr && threadIdx.x == 0) {

@@ -63,7 +63,10 @@ const std::vector<TileConfig>& tile_configs() {
       // 176,224 B: a multiple of its 2 fragment buffers, so the ring unrolls. 2 K blocks per copy
       // since run 187 (an H100): 3-6% faster than one (W13 M = 768: 53.4 -> 51.0 us).
       {192, 6, false, 2},
-      {192, 6, true},  // 225,376 B (48 KB of output staging)
+      // 225,376 B (48 KB of output staging). 2 K blocks per copy since run 194 (an H100): 2-4%
+      // faster at W2 M = 768 (33.8 / 33.2 -> 32.9 / 32.6 us), 1% at deepseek-v3 W2 M = 1248-1344,
+      // 3.5-6% at two and three waves with K = 6144 (M = 2080), 1-5% slower at W2 M = 1472.
+      {192, 6, true, 2},
       // m128 with 3 K blocks per copy (190,096 B): ~10% less per K block, ~0.4 us more per CTA
       // (PERF-LOG runs 43-45), so it wins from ~20 K blocks per CTA (the seed shape, M = 512:
       // 48). Copy groups of 3 measured slower for m192 / m256 (6 stages, refilled 3 at a time; 2
@@ -341,7 +344,11 @@ constexpr TileCost kTileCosts[] = {
     // SXM'`, each in a range run 188 timed faster: W13 M = 1288-1536 and 2056-2304 (glm5, deepseek-v3;
     // from the persistent m256 / m192 and m144 G3), seed M = 2568-3072 (from the persistent m256).
     {192, false, 2, 4.70, 2.52, 0.505, 0.0, 0.0, kTmaBandSaving},
-    {192, true, 1, 2.35, 0.0, 0.545, 0.42},
+    // The persistent m192's, fitted on its one-block kernel (run 34), kept for the one with 2 K
+    // blocks per copy: run 194 (an H100, sweep and tune, two rounds) timed it at 0.97-1.03 of the
+    // one-block kernel where the policy takes it (W2 M = 768, 1472, 2080; deepseek-v3 W2 M = 1248,
+    // 1344), median 0.99.
+    {192, true, 2, 2.35, 0.0, 0.545, 0.42},
     // m128 G2 persistent: the 10-stage G2's K block (the same unrolled loop); fixed part and half
     // tile fitted to run 189 (an H100, fp4gap tune, two rounds): at six W2-like points it ran at
     // 0.90-0.96 of the provisional entry (fixed 1.8, half 0.27) where the plans beside it ran at

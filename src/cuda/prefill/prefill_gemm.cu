@@ -1202,7 +1202,7 @@ KernelFn kernel_for(const TileConfig& c, bool dequant_act = false) {
   if (is(128, 9, false, 1)) return prefill_gemm_kernel<128, 9, false, 1>;
   if (is(64, 12, false, 1)) return prefill_gemm_kernel<64, 12, false, 1>;
   if (is(256, 4, true, 1)) return prefill_gemm_kernel<256, 4, true, 1>;
-  if (is(192, 6, true, 1)) return prefill_gemm_kernel<192, 6, true, 1>;
+  if (is(192, 6, true, 2)) return prefill_gemm_kernel<192, 6, true, 2>;
   if (is(128, 8, true, 2)) return prefill_gemm_kernel<128, 8, true, 2>;
   if (is(128, 9, false, 3)) return prefill_gemm_kernel<128, 9, false, 3>;
   if (is(144, 9, false, 3)) return prefill_gemm_kernel<144, 9, false, 3>;

@@ -385,14 +385,17 @@ TEST(PrefillKernel, PersistentCtasLoopOverMoreTilesThanTheyAre) {
   // and its ring position carries over from one tile to the next. K = 192 and 64: 3 and 1 K
   // blocks, so the ring's stage and phase at a tile's start vary from tile to tile. N = 3000:
   // the TMA-store epilogue (bf16, f16); N = 2999: rows without 16-byte alignment; f32: both
-  // leave straight from the fragments.
+  // leave straight from the fragments. K = 832: 13 K blocks, at least a ring for every persistent
+  // config but no whole number of rings (or of 2-block groups), so the CTAs whose ring runs unrolled
+  // close each ring unloaded after a tile and start the next at stage 0.
   struct Shape {
     std::int64_t n, k;
     OutputType out;
   };
   std::uint64_t seed = 7800;
   for (const Shape s : {Shape{3000, 192, OutputType::bf16}, Shape{3000, 64, OutputType::f16},
-                        Shape{2999, 192, OutputType::bf16}, Shape{3000, 192, OutputType::f32}}) {
+                        Shape{2999, 192, OutputType::bf16}, Shape{3000, 192, OutputType::f32},
+                        Shape{3000, 832, OutputType::bf16}}) {
     const GemmProblem p = make_problem(2300, s.n, s.k, false, s.out);
     const GemmInputs in = make_gemm_inputs(p, ++seed, InputDistribution::exact_grid);
     const ReferenceResult ref = reference_gemm(in.a_view(), in.b_view(), in.alpha);

@@ -212,6 +212,25 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
   // next tile while the epilogue runs. The others stage in the (then idle) ring.
   constexpr std::uint32_t kStagingBytes = PERSISTENT ? BM * kBlockN * 2 : 0;
 
+  // wgmma groups (one per K block) left in flight after each commit. With one, a warpgroup
+  // waits for block it - 1 as soon as block it is issued, and block it + 1's dequantization
+  // must fit in block it's tensor time; the m64 / m128 tiles' blocks are short (64-128
+  // tensor-core cycles per wgmma, shared by both warpgroups), so they keep two (PERF-LOG run 26:
+  // ~1% faster; not tried on m256, whose blocks are twice as long). m144 keeps two as m128 (its
+  // 9-stage ring then unrolls with 3 fragment buffers).
+  // The 10-stage m128 keeps one, so that its ring unrolls by 2 buffers.
+  constexpr int kInFlight = BM <= 144 && STAGES % 3 == 0 ? 2 : 1;
+  constexpr int kBuffers = kInFlight + 1;
+  // A non-persistent CTA starts its one tile at stage 0, so whole passes over the ring can be
+  // unrolled with every stage a constant (the stage's addresses, the released stage, the
+  // fragment buffer): ~106 instructions per K block and warp instead of 115-117 (PERF-LOG run
+  // 32). Needs the buffer sequence to repeat with the ring (m192 runs 6 stages, not 7, for it:
+  // run 41, 3-4% faster; m160 8: run 179). Up to m208 (run 180: ~6% faster unrolled); m256's
+  // blocks hide their loop overhead behind twice the tensor work, and unrolled, the m256 kernel
+  // spilled registers (outside the main loop, measured with -Xptxas -v).
+  // A persistent CTA's whole tiles run their passes unrolled from stage 0 (whole_tiles_from_stage_0).
+  constexpr bool kUnrollRing = BM <= 208 && STAGES % kBuffers == 0;
+
   extern __shared__ std::uint8_t smem_raw[];
   __shared__ int workspace_last_cta;  // SplitReduction::workspace: this CTA adds the partial tiles
   // SplitReduction::workspace: split s's partial tile has landed in the ring (the last CTA's copies).
@@ -241,6 +260,15 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
   const int tiles = ((m + BM - 1) / BM) * n_tiles;
   const KRange kr = split_k_range(k_blocks, split_k, split);
   const int iters = static_cast<int>(kr.end - kr.begin);
+  // A persistent CTA whose K range is at least a ring long starts every whole tile at stage 0, so
+  // that its whole passes run unrolled: after a unit that ends inside the ring, the producer
+  // closes the ring's remaining groups without loading them (it arrives on their full barriers
+  // once the consumers have released them) and the consumers release them unread (PERF-LOG run
+  // 195: W2 M = 1472, three waves, 3-4% faster). A half tile, and every unit of a shorter range,
+  // starts wherever the previous unit left the ring and runs unrolled only from stage 0: a half
+  // tile's first copies then go out before that unit's last blocks are consumed (aligned too, W2
+  // M = 768 ran 1-2% slower, run 195).
+  const bool whole_tiles_from_stage_0 = PERSISTENT && kUnrollRing && iters >= STAGES;
   const PersistentSchedule schedule = PERSISTENT ? persistent_schedule(tiles, gridDim.x) : PersistentSchedule{tiles, 0};
   const int units = static_cast<int>(schedule.units());
   const int whole_tiles = static_cast<int>(schedule.whole_tiles);
@@ -363,6 +391,13 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
           stage = wrap ? 0 : stage + GROUP;
           phase ^= wrap ? 1u : 0u;
         }
+        while (whole_tiles_from_stage_0 && u + unit_stride < whole_tiles && stage != 0) {
+          ptx::mbarrier_wait(empty_bar(stage + GROUP - 1), phase ^ 1);
+          ptx::mbarrier_arrive(full_bar(stage));  // no bytes: the phase completes unloaded
+          const bool wrap = stage == STAGES - GROUP;
+          stage = wrap ? 0 : stage + GROUP;
+          phase ^= wrap ? 1u : 0u;
+        }
       }
     } else if (timeline != nullptr && threadIdx.x == kConsumerThreads + 32) {
       // Diagnostic: when each K block of the first pass over the ring arrives (its copy group's
@@ -392,31 +427,10 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
     // Warpgroup w owns weight rows 64 w .. 64 w + 63.
     const int frag_row = 64 * warpgroup + 16 * warp + g;  // this thread's first weight row in the tile
 
-    // wgmma groups (one per K block) left in flight after each commit. With one, a warpgroup
-    // waits for block it - 1 as soon as block it is issued, and block it + 1's dequantization
-    // must fit in block it's tensor time; the m64 / m128 tiles' blocks are short (64-128
-    // tensor-core cycles per wgmma, shared by both warpgroups), so they keep two (PERF-LOG run 26:
-    // ~1% faster; not tried on m256, whose blocks are twice as long). m144 keeps two as m128 (its
-    // 9-stage ring then unrolls with 3 fragment buffers).
-    // The 10-stage m128 keeps one, so that its ring unrolls by 2 buffers.
-    constexpr int kInFlight = BM <= 144 && STAGES % 3 == 0 ? 2 : 1;
-    constexpr int kBuffers = kInFlight + 1;
     // Fragments of kBuffers K blocks: block it is dequantized into frag[it % kBuffers] while the
     // wgmmas of the kInFlight blocks before it still run. The buffer index must be a compile-time
     // constant (registers), hence the loop below unrolled by kBuffers.
     std::uint32_t frag[kBuffers][kSteps][4];
-    // A non-persistent CTA starts its one tile at stage 0, so whole passes over the ring can be
-    // unrolled with every stage a constant (the stage's addresses, the released stage, the
-    // fragment buffer): ~106 instructions per K block and warp instead of 115-117 (PERF-LOG run
-    // 32). Needs the buffer sequence to repeat with the ring (m192 runs 6 stages, not 7, for it:
-    // run 41, 3-4% faster; m160 8: run 179). Up to m208 (run 180: ~6% faster unrolled); m256's
-    // blocks hide their loop overhead behind twice the tensor work, and unrolled, the m256 kernel
-    // spilled registers (outside the main loop, measured with -Xptxas -v).
-    // A persistent CTA's unit starts wherever the previous one left the ring: its whole passes run
-    // unrolled only from stage 0, which every unit does where the K range is a whole number of
-    // rings (the persistent m128 at K = 2048 or 6144; the persistent m192 only its first unit at
-    // K = 2048, all of them at K = 6144).
-    constexpr bool kUnrollRing = BM <= 208 && STAGES % kBuffers == 0;
 
     // Per-thread shared addresses in stage 0 and the descriptor of stage 0, computed once: per K
     // block only the stage's offset is added (32-bit ld.shared, see ptx::ld_shared_u32).
@@ -661,7 +675,8 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
     };
     // One work unit: its main loop and epilogue, `width` activation rows wide (BM, or BM / 2 for
     // a persistent CTA's half tile), compiled once per width.
-    auto run_unit = [&](const Unit& unit, auto width) {
+    // `align_next`: the next unit is a whole tile that starts at stage 0 (whole_tiles_from_stage_0).
+    auto run_unit = [&](const Unit& unit, auto width, bool align_next) {
       constexpr int W = decltype(width)::value;
       constexpr int kAccW = W / 2;  // fp32 accumulators per consumer thread (m64 x W / 128 threads)
       const int nt = unit.nt;
@@ -701,6 +716,10 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
           if (lane == 0) ptx::mbarrier_arrive(empty_bar(stage));
           next_stage();
         }
+      }
+      while (align_next && stage != 0) {
+        if (lane == 0) ptx::mbarrier_arrive(empty_bar(stage));
+        next_stage();
       }
       if (timeline != nullptr && threadIdx.x == 0) {
         const std::uint64_t now = ptx::global_timer();
@@ -924,11 +943,13 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
       }
     };
     int u = first_unit;
-    for (; u < whole_tiles; u += unit_stride) run_unit(unit_at(u), std::integral_constant<int, BM>{});
+    for (; u < whole_tiles; u += unit_stride) {
+      run_unit(unit_at(u), std::integral_constant<int, BM>{}, whole_tiles_from_stage_0 && u + unit_stride < whole_tiles);
+    }
     if constexpr (PERSISTENT) {
       for (; u < units; u += unit_stride) {
         const Unit unit = unit_at(u);
-        if (unit.row0 < m) run_unit(unit, std::integral_constant<int, BM / 2>{});  // else an empty half
+        if (unit.row0 < m) run_unit(unit, std::integral_constant<int, BM / 2>{}, false);  // else an empty half
       }
     }
     if (PERSISTENT && threadIdx.x == 0) ptx::bulk_wait_group_read_all();

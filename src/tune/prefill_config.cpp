@@ -65,7 +65,8 @@ const std::vector<TileConfig>& tile_configs() {
       {192, 6, false, 2},
       // 225,376 B (48 KB of output staging). 2 K blocks per copy since run 194 (an H100): 2-4%
       // faster at W2 M = 768 (33.8 / 33.2 -> 32.9 / 32.6 us), 1% at deepseek-v3 W2 M = 1248-1344,
-      // 3.5-6% at two and three waves with K = 6144 (M = 2080), 1-5% slower at W2 M = 1472.
+      // 3.5-6% at two and three waves with K = 6144 (M = 2080), 1-5% slower at W2 M = 1472 until
+      // every whole tile started at stage 0 (run 196: 57.5 -> 54.1 us there).
       {192, 6, true, 2},
       // m128 with 3 K blocks per copy (190,096 B): ~10% less per K block, ~0.4 us more per CTA
       // (PERF-LOG runs 43-45), so it wins from ~20 K blocks per CTA (the seed shape, M = 512:

@@ -274,6 +274,9 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
   const int whole_tiles = static_cast<int>(schedule.whole_tiles);
   const int first_unit = static_cast<int>(blockIdx.x) / split_k;  // a whole tile (2 halves only follow a full wave)
   const int unit_stride = PERSISTENT ? static_cast<int>(gridDim.x) : units;
+  // Whether the unit after unit u starts at stage 0 (whole_tiles_from_stage_0): producer and
+  // consumers close the ring after u by this one rule.
+  auto next_starts_at_stage_0 = [&](int u) { return whole_tiles_from_stage_0 && u + unit_stride < whole_tiles; };
   struct Unit {
     int nt;    // weight tile
     int row0;  // first activation (output) row
@@ -391,7 +394,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
           stage = wrap ? 0 : stage + GROUP;
           phase ^= wrap ? 1u : 0u;
         }
-        while (whole_tiles_from_stage_0 && u + unit_stride < whole_tiles && stage != 0) {
+        while (next_starts_at_stage_0(u) && stage != 0) {
           ptx::mbarrier_wait(empty_bar(stage + GROUP - 1), phase ^ 1);
           ptx::mbarrier_arrive(full_bar(stage));  // no bytes: the phase completes unloaded
           const bool wrap = stage == STAGES - GROUP;
@@ -675,7 +678,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
     };
     // One work unit: its main loop and epilogue, `width` activation rows wide (BM, or BM / 2 for
     // a persistent CTA's half tile), compiled once per width.
-    // `align_next`: the next unit is a whole tile that starts at stage 0 (whole_tiles_from_stage_0).
+    // `align_next`: the next unit starts at stage 0 (next_starts_at_stage_0).
     auto run_unit = [&](const Unit& unit, auto width, bool align_next) {
       constexpr int W = decltype(width)::value;
       constexpr int kAccW = W / 2;  // fp32 accumulators per consumer thread (m64 x W / 128 threads)
@@ -944,7 +947,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
     };
     int u = first_unit;
     for (; u < whole_tiles; u += unit_stride) {
-      run_unit(unit_at(u), std::integral_constant<int, BM>{}, whole_tiles_from_stage_0 && u + unit_stride < whole_tiles);
+      run_unit(unit_at(u), std::integral_constant<int, BM>{}, next_starts_at_stage_0(u));
     }
     if constexpr (PERSISTENT) {
       for (; u < units; u += unit_stride) {

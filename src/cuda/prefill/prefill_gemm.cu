@@ -357,6 +357,12 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
       int stage = 0;            // ring position of the next K block to load
       std::uint32_t phase = 0;  // ... and the phase its stage's barriers are in
       int loaded = 0;           // copy groups loaded so far
+      // One copy group along the ring (the phase flips after its last group).
+      auto next_group = [&] {
+        const bool wrap = stage == STAGES - GROUP;
+        stage = wrap ? 0 : stage + GROUP;
+        phase ^= wrap ? 1u : 0u;
+      };
       for (int u = first_unit; u < units; u += unit_stride) {
         const Unit unit = unit_at(u);
         if (unit.row0 >= m) continue;  // an empty half
@@ -390,16 +396,12 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
           }
           // A whole group's stages even where the range ends inside it (a persistent CTA's next
           // unit starts at a group's first stage; the consumers release the unused ones).
-          const bool wrap = stage == STAGES - GROUP;
-          stage = wrap ? 0 : stage + GROUP;
-          phase ^= wrap ? 1u : 0u;
+          next_group();
         }
         while (next_starts_at_stage_0(u) && stage != 0) {
           ptx::mbarrier_wait(empty_bar(stage + GROUP - 1), phase ^ 1);
           ptx::mbarrier_arrive(full_bar(stage));  // no bytes: the phase completes unloaded
-          const bool wrap = stage == STAGES - GROUP;
-          stage = wrap ? 0 : stage + GROUP;
-          phase ^= wrap ? 1u : 0u;
+          next_group();
         }
       }
     } else if (timeline != nullptr && threadIdx.x == kConsumerThreads + 32) {
@@ -712,17 +714,14 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
       for (int j = 0; j < kInFlight; ++j) {
         if (iters - kInFlight + j >= 0 && lane == 0) ptx::mbarrier_arrive(empty_bar(pending[j]));
       }
-      if constexpr (PERSISTENT && GROUP > 1) {
-        // A range ending inside a copy group leaves the group's last stages unused: the producer
-        // starts the next unit at the next group, once the group's last stage is released.
-        for (int j = iters % GROUP; j != 0 && j < GROUP; ++j) {
+      if constexpr (PERSISTENT) {
+        // Stages the producer skips, released unread: the rest of a copy group that the range
+        // ends inside (the next unit starts at a group's first stage), and with `align_next` the
+        // rest of the ring.
+        while (stage % GROUP != 0 || (align_next && stage != 0)) {
           if (lane == 0) ptx::mbarrier_arrive(empty_bar(stage));
           next_stage();
         }
-      }
-      while (align_next && stage != 0) {
-        if (lane == 0) ptx::mbarrier_arrive(empty_bar(stage));
-        next_stage();
       }
       if (timeline != nullptr && threadIdx.x == 0) {
         const std::uint64_t now = ptx::global_timer();

@@ -382,6 +382,13 @@ FP4GAP_HD constexpr PersistentSchedule persistent_schedule(std::int64_t tiles, s
   if (tiles > ctas && last > 0 && 2 * last <= ctas) return {tiles - last, last};
   return {tiles, 0};
 }
+// A persistent launch runs at most this many CTAs (launch_gemm checks it), so that its workspace
+// can be sized without the device: a split last wave has R <= tiles / 3 pairs (tiles >= G + R >= 3R)
+// and R <= G / 2.
+inline constexpr int kMaxPersistentCtas = 256;
+FP4GAP_HD constexpr std::int64_t persistent_pairs_bound(std::int64_t tiles) {
+  return tiles / 3 < kMaxPersistentCtas / 2 ? tiles / 3 : kMaxPersistentCtas / 2;
+}
 
 // ---- Packed weight layout ----
 //

@@ -280,13 +280,15 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
   struct Unit {
     int nt;    // weight tile
     int row0;  // first activation (output) row
-    bool half; // BM / 2 rows (persistent only)
+    int rank;  // -1: the whole K range; 0 / 1: that half of it, one of a pair (persistent only)
+    int pair;  // the pair's index in the last wave (rank >= 0)
   };
   auto unit_at = [&](int u) -> Unit {
-    if (!PERSISTENT || u < whole_tiles) return {u % n_tiles, (u / n_tiles) * BM, false};
-    const int h = u - whole_tiles, tile = whole_tiles + h / 2;
-    return {tile % n_tiles, (tile / n_tiles) * BM + (h % 2) * (BM / 2), true};
+    if (!PERSISTENT || u < whole_tiles) return {u % n_tiles, (u / n_tiles) * BM, -1, 0};
+    const int h = u - whole_tiles, pair = h / 2, tile = whole_tiles + pair;
+    return {tile % n_tiles, (tile / n_tiles) * BM, h % 2, pair};
   };
+  auto unit_range = [&](const Unit& unit) { return unit.rank < 0 ? kr : split_k_range(k_blocks, 2, unit.rank); };
 
   int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
@@ -326,28 +328,27 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
       // one 3D copy (blocks beyond K read as zeros), except for a group holding a partial last K
       // block (k_tail), whose blocks come one 2D copy each: the 3D map has no column bound inside
       // a block.
-      auto group_blocks = [&](int kb) { return min(GROUP, static_cast<int>(kr.end) - kb); };
-      // A unit at the edge of M (the last row of tiles, or a persistent CTA's half of it, where M
-      // ends inside it) copies only the rows that exist, one 2D copy per K block, through the map
-      // whose box is that many rows (act_edge_map: m % BM rows; act_half_edge_map: m % (BM / 2)).
+      auto group_blocks = [&](int kb, int end) { return min(GROUP, end - kb); };
+      // A unit at the edge of M (the last row of tiles, where M ends inside it) copies only the
+      // rows that exist, one 2D copy per K block, through the map whose box is that many rows
+      // (act_edge_map: m % BM rows).
       // A box reaching past M has the copy engine write zeros for the missing rows, and those
       // copies cost up to 21% of the launch back to back (W13 at M = 65 on m64 G4 split 2, PERF-LOG
       // runs 127-129). The stage's rows past M keep whatever they held: they feed only output rows
       // past M, which are never stored.
-      auto unit_rows = [&](const Unit& unit) { return unit.half ? BM / 2 : BM; };
-      auto at_edge = [&](const Unit& unit) { return unit.row0 + unit_rows(unit) > m; };
+      auto at_edge = [&](const Unit& unit) { return unit.row0 + BM > m; };
       auto act_tile_2d = [&](int kb, int nb) { return GROUP == 1 || (k_tail && kb + nb == k_blocks); };
       // The activation bytes a group of `nb` K blocks from `kb` of `unit` brings into its stages.
       auto act_bytes = [&](const Unit& unit, int kb, int nb) -> std::uint32_t {
         if (DEQUANT_ACT) return 0u;
-        const int rows = min(unit_rows(unit), m - unit.row0);
+        const int rows = min(BM, m - unit.row0);
         if (rows < BM || act_tile_2d(kb, nb)) return static_cast<std::uint32_t>(nb * rows * kBlockK * 2);
         return GROUP * kActStageBytes;  // one 3D box, blocks past the range or K included
       };
       const int range_groups = (iters + GROUP - 1) / GROUP;
       const int prefetched = programmatic && first_unit < units ? min(range_groups, kPrefetchGroups) : 0;
       for (int g = 0; g < prefetched; ++g) {
-        const int kb = static_cast<int>(kr.begin) + g * GROUP, nb = group_blocks(kb);
+        const int kb = static_cast<int>(kr.begin) + g * GROUP, nb = group_blocks(kb, static_cast<int>(kr.end));
         ptx::mbarrier_arrive_expect_tx(full_bar(g * GROUP), act_bytes(unit_at(first_unit), kb, nb) + nb * kChunkBytes);
         ptx::bulk_load(base + wgt_offset + g * GROUP * kChunkBytes,
                        weights + chunk_offset(first_unit % n_tiles, kb, k_blocks), nb * kChunkBytes,
@@ -365,16 +366,13 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
       };
       for (int u = first_unit; u < units; u += unit_stride) {
         const Unit unit = unit_at(u);
-        if (unit.row0 >= m) continue;  // an empty half
-        // A half tile's activations fill the first half of the stage's tile, an edge unit's its
-        // first rows.
+        const KRange range = unit_range(unit);
+        // An edge unit's activations fill the first rows of the stage's tile.
         const bool edge = at_edge(unit);
-        const CUtensorMap* map =
-            unit.half ? (edge ? &act_half_edge_map : &act_half_map) : (edge ? &act_edge_map : &act_map);
-        for (int kb = static_cast<int>(kr.begin); kb < static_cast<int>(kr.end); kb += GROUP, ++loaded) {
-          const int nb = group_blocks(kb);
-          // The group map's box is a whole tile's rows: a half tile's blocks come one 2D copy each.
-          const bool act_2d = edge || unit.half || act_tile_2d(kb, nb);
+        const CUtensorMap* map = edge ? &act_edge_map : &act_map;
+        for (int kb = static_cast<int>(range.begin); kb < static_cast<int>(range.end); kb += GROUP, ++loaded) {
+          const int nb = group_blocks(kb, static_cast<int>(range.end));
+          const bool act_2d = edge || act_tile_2d(kb, nb);
           if (loaded >= prefetched) {
             // Released in order: the group's last stage free means all of its stages are.
             ptx::mbarrier_wait(empty_bar(stage + GROUP - 1), phase ^ 1);
@@ -579,11 +577,11 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
       timeline_field(1) = ptx::global_timer();
       c_first_data = static_cast<std::uint32_t>(clock());
     }
-    // A unit's K blocks into `acc` (as wide as the unit). No condition inside the loop body: with one
-    // there, ptxas cannot see where each wgmma group ends and serializes every wgmma (C7513). The
-    // unit's first kInFlight blocks have nothing to release (the previous unit released its last
-    // blocks after its main loop).
-    auto main_loop = [&](auto& acc) {
+    // A unit's `iters` K blocks into `acc`. No condition inside the loop body: with one there,
+    // ptxas cannot see where each wgmma group ends and serializes every wgmma (C7513). The unit's
+    // first kInFlight blocks have nothing to release (the previous unit released its last blocks
+    // after its main loop).
+    auto main_loop = [&](auto& acc, int iters) {
       int it = 0;
       if constexpr (kUnrollRing) {
         // A bound, not a branch around the loop: ptxas then keeps the wgmmas in flight across the
@@ -678,13 +676,16 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
       }
       return true;
     };
-    // One work unit: its main loop and epilogue, `width` activation rows wide (BM, or BM / 2 for
-    // a persistent CTA's half tile), compiled once per width.
+    // One work unit: its main loop over the unit's K range and its epilogue, compiled once for the
+    // whole tiles and once for the pairs of a persistent CTA's split last wave (`pair_half`:
+    // std::true_type, persistent_schedule).
     // `align_next`: the next unit starts at stage 0 (next_starts_at_stage_0).
-    auto run_unit = [&](const Unit& unit, auto width, bool align_next) {
-      constexpr int W = decltype(width)::value;
-      constexpr int kAccW = W / 2;  // fp32 accumulators per consumer thread (m64 x W / 128 threads)
+    auto run_unit = [&](const Unit& unit, auto pair_half, bool align_next) {
+      constexpr bool kPairHalf = decltype(pair_half)::value;
+      constexpr int kAccW = BM / 2;  // fp32 accumulators per consumer thread (m64 x BM / 128 threads)
       const int nt = unit.nt;
+      const KRange range = unit_range(unit);
+      const int unit_iters = static_cast<int>(range.end - range.begin);
       // A cluster split's band, staged by stmatrix as two 64-column halves of `band_rows` rows at
       // `staged`, stored through out_part_map in boxes of `box_rows` (the band, or 16-row slices
       // where the bands differ; a slice starts at a multiple of 2048 bytes, whole swizzle periods).
@@ -705,14 +706,14 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
       float acc[kAccW];
 #pragma unroll
       for (int i = 0; i < kAccW; ++i) acc[i] = 0.0f;
-      main_loop(acc);
+      main_loop(acc, unit_iters);
       ptx::wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < kAccW; ++i) ptx::fence_register(acc[i]);
       // The tile's last stages go back too (the producer may be loading the next tile).
 #pragma unroll
       for (int j = 0; j < kInFlight; ++j) {
-        if (iters - kInFlight + j >= 0 && lane == 0) ptx::mbarrier_arrive(empty_bar(pending[j]));
+        if (unit_iters - kInFlight + j >= 0 && lane == 0) ptx::mbarrier_arrive(empty_bar(pending[j]));
       }
       if constexpr (PERSISTENT) {
         // Stages the producer skips, released unread: the rest of a copy group that the range
@@ -734,6 +735,114 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
       // that free up (first call per CTA counts).
       if (threadIdx.x == 0) cuda::allow_dependent_launch();
 
+      // Rows row0 .. of the output tile nt from `tile_acc` (BM rows, or BM / 2: a pair's band).
+      auto store_tile = [&](auto& tile_acc, int row0) {
+        constexpr int kTileAcc = static_cast<int>(std::extent_v<std::remove_reference_t<decltype(tile_acc)>>);
+        if (tma_store) {
+          // 16-bit output through the tensor copy engine: each warp transposes its accumulator
+          // fragments into the tile [rows][128 columns] with stmatrix (the D^T fragment of a thread
+          // is word t of row g of an 8x8 block; .trans writes D rows), staged as two halves of 64
+          // columns in the 128-byte swizzle (chunk c of row r at chunk c ^ (r % 8)), then one thread
+          // stores both halves with TMA, which also clips rows >= M and columns >= N.
+          if constexpr (PERSISTENT) {
+            // The staging is free once the copy engine has read the previous tile out of it.
+            if (threadIdx.x == 0) ptx::bulk_wait_group_read_all();
+          } else {
+            ptx::fence_proxy_async();  // the ring: wgmma read it through the async proxy
+          }
+          ptx::named_barrier(1, kConsumerWarpgroups * 128);
+          // A band's rows are the staging's first BM / 2 rows of each 64-column half, which its
+          // tensor map (box BM / 2 rows) stores.
+          stage_output_part(base + static_cast<std::uint32_t>(warpgroup) * (BM * 128u), tile_acc, warp, lane, out_type,
+                            alpha);
+          ptx::fence_proxy_async();  // the generic-proxy writes above, before the copy engine reads them
+          ptx::named_barrier(1, kConsumerWarpgroups * 128);
+          if (threadIdx.x == 0) {
+            const CUtensorMap* map = 2 * kTileAcc == BM ? &out_map : &out_part_map;
+            ptx::tma_store_2d(map, base, nt * kBlockN, row0);
+            ptx::tma_store_2d(map, base + BM * 128u, nt * kBlockN + 64, row0);
+            ptx::bulk_commit_group();
+            // Shared memory must outlive the copy engine's reads: a persistent CTA waits before it
+            // next writes the staging, and before it exits (below).
+            if (!PERSISTENT) ptx::bulk_wait_group_read_all();
+          }
+        } else if constexpr (PERSISTENT) {
+          // f32 output, or rows without 16-byte alignment: straight from the fragments (the ring is
+          // being refilled, and the staging holds only a 16-bit tile). D^T fragment element e of
+          // quad i is output row 8i + 2t + e % 2, column frag_row + 8 (e / 2).
+          const int col0 = nt * kBlockN + frag_row;
+#pragma unroll
+          for (int i = 0; i < kTileAcc / 4; ++i) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int gm = row0 + 8 * i + 2 * t + (e & 1), gn = col0 + ((e >> 1) << 3);
+              if (gm < m && gn < n) {
+                store_output(out, out_type, static_cast<std::int64_t>(gm) * n + gn, alpha * tile_acc[4 * i + e]);
+              }
+            }
+          }
+        }
+      };
+      if constexpr (kPairHalf) {
+        // A pair of the split last wave: each CTA has added half of the tile's K range. Each stores
+        // the other's band of its partial tile (rank 0 keeps rows 0 .. BM / 2 - 1, rank 1 the rest)
+        // to the pair's workspace (quad i at [pair][i][thread]), counts itself on the pair's
+        // counter, waits for the other's count, adds the other's partial of its band from L2 and
+        // stores the band. Both CTAs are resident (a persistent grid, the pair's units on
+        // consecutive CTAs), so the wait ends. The counter goes up by 2 per pair and launch, so it
+        // needs no reset: the first to arrive sees it even. The sum of two partials is the same
+        // bits in either order.
+        constexpr int kBandQuads = kAccW / 8;
+        const int thread = warpgroup * 128 + tid;
+        constexpr int kThreads = kConsumerWarpgroups * 128;
+        float4* const pair_ws = reinterpret_cast<float4*>(workspace) +
+                                static_cast<std::size_t>(unit.pair) * (kAccW / 4) * kThreads;
+        unsigned int* const counter =
+            reinterpret_cast<unsigned int*>(reinterpret_cast<float4*>(workspace) +
+                                            static_cast<std::size_t>(persistent_pairs_bound(tiles)) * (kAccW / 4) *
+                                                kThreads) +
+            unit.pair;
+        auto exchange = [&](auto rank) {
+          constexpr int kOwn = decltype(rank)::value * kBandQuads, kOther = kBandQuads - kOwn;
+#pragma unroll
+          for (int j = 0; j < kBandQuads; ++j) {
+            const int i = kOther + j;
+            __stcg(&pair_ws[i * kThreads + thread], make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
+          }
+          __threadfence();  // release: the band before the count
+          ptx::named_barrier(1, kThreads);
+          if (thread == 0) {
+            const unsigned int before = atomicAdd(counter, 1u);
+            if ((before & 1u) == 0u) {
+              while (ptx::ld_acquire_gpu(counter) == before + 1u) {
+              }
+            }
+            __threadfence();
+          }
+          ptx::named_barrier(1, kThreads);
+          float4 theirs[kBandQuads];
+#pragma unroll
+          for (int j = 0; j < kBandQuads; ++j) theirs[j] = __ldcg(&pair_ws[(kOwn + j) * kThreads + thread]);
+#pragma unroll
+          for (int j = 0; j < kBandQuads; ++j) {
+            acc[4 * (kOwn + j)] += theirs[j].x;
+            acc[4 * (kOwn + j) + 1] += theirs[j].y;
+            acc[4 * (kOwn + j) + 2] += theirs[j].z;
+            acc[4 * (kOwn + j) + 3] += theirs[j].w;
+          }
+          store_tile(*reinterpret_cast<float(*)[kAccW / 2]>(&acc[4 * kOwn]), unit.row0 + 8 * kOwn);
+        };
+        if (unit.rank == 0) {
+          exchange(std::integral_constant<int, 0>{});
+        } else {
+          exchange(std::integral_constant<int, 1>{});
+        }
+        return;
+      }
+      if constexpr (PERSISTENT) {
+        store_tile(acc, unit.row0);
+        return;
+      }
       // A workspace reduction leaves the whole tile with the split CTA that arrives last.
       bool whole_tile = split_k == 1;
       if constexpr (TileConfig::workspace_split(BM, PERSISTENT)) {
@@ -743,45 +852,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
         }
       }
       if (whole_tile && tma_store) {
-        // 16-bit output through the tensor copy engine: each warp transposes its accumulator
-        // fragments into the tile [BM rows][128 columns] with stmatrix (the D^T fragment of a thread
-        // is word t of row g of an 8x8 block; .trans writes D rows), staged as two halves of 64
-        // columns in the 128-byte swizzle (chunk c of row r at chunk c ^ (r % 8)), then one thread
-        // stores both halves with TMA, which also clips rows >= M and columns >= N.
-        if constexpr (PERSISTENT) {
-          // The staging is free once the copy engine has read the previous tile out of it.
-          if (threadIdx.x == 0) ptx::bulk_wait_group_read_all();
-        } else {
-          ptx::fence_proxy_async();  // the ring: wgmma read it through the async proxy
-        }
-        ptx::named_barrier(1, kConsumerWarpgroups * 128);
-        // A half tile's rows are the staging's first BM / 2 rows of each 64-column half, which its
-        // tensor map (box BM / 2 rows) stores.
-        stage_output_part(base + static_cast<std::uint32_t>(warpgroup) * (BM * 128u), acc, warp, lane, out_type, alpha);
-        ptx::fence_proxy_async();  // the generic-proxy writes above, before the copy engine reads them
-        ptx::named_barrier(1, kConsumerWarpgroups * 128);
-        if (threadIdx.x == 0) {
-          const CUtensorMap* map = W == BM ? &out_map : &out_part_map;
-          ptx::tma_store_2d(map, base, nt * kBlockN, unit.row0);
-          ptx::tma_store_2d(map, base + BM * 128u, nt * kBlockN + 64, unit.row0);
-          ptx::bulk_commit_group();
-          // Shared memory must outlive the copy engine's reads: a persistent CTA waits before it
-          // next writes the staging, and before it exits (below).
-          if (!PERSISTENT) ptx::bulk_wait_group_read_all();
-        }
-      } else if constexpr (PERSISTENT) {
-        // f32 output, or rows without 16-byte alignment: straight from the fragments (the ring is
-        // being refilled, and the staging holds only a 16-bit tile). D^T fragment element e of
-        // quad i is output row 8i + 2t + e % 2, column frag_row + 8 (e / 2).
-        const int row0 = unit.row0, col0 = nt * kBlockN + frag_row;
-#pragma unroll
-        for (int i = 0; i < kAccW / 4; ++i) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int gm = row0 + 8 * i + 2 * t + (e & 1), gn = col0 + ((e >> 1) << 3);
-            if (gm < m && gn < n) store_output(out, out_type, static_cast<std::int64_t>(gm) * n + gn, alpha * acc[4 * i + e]);
-          }
-        }
+        store_tile(acc, unit.row0);
       } else if (whole_tile) {
         // Staged through shared memory so that global stores are 16-byte and row-contiguous: the
         // fragment layout alone gives 4 rows x 16 bytes per warp store. The stage ring is free once
@@ -946,13 +1017,11 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
     };
     int u = first_unit;
     for (; u < whole_tiles; u += unit_stride) {
-      run_unit(unit_at(u), std::integral_constant<int, BM>{}, next_starts_at_stage_0(u));
+      run_unit(unit_at(u), std::false_type{}, next_starts_at_stage_0(u));
     }
     if constexpr (PERSISTENT) {
-      for (; u < units; u += unit_stride) {
-        const Unit unit = unit_at(u);
-        if (unit.row0 < m) run_unit(unit, std::integral_constant<int, BM / 2>{}, false);  // else an empty half
-      }
+      // At most one unit of the split last wave per CTA (2R <= G).
+      if (u < units) run_unit(unit_at(u), std::true_type{}, false);
     }
     if (PERSISTENT && threadIdx.x == 0) ptx::bulk_wait_group_read_all();
     if (timeline != nullptr && threadIdx.x == 0) {
@@ -1486,6 +1555,10 @@ void launch_kernel(const Plan& plan, const ActivationMaps* maps, const Nvfp4Acti
   }
   prepare_launch(plan);
   const std::int64_t ctas = launch_ctas(plan);
+  if (plan.config.persistent && ctas > kMaxPersistentCtas) {
+    throw InvalidArgument(plan.describe() + ": " + std::to_string(ctas) + " persistent CTAs at once, more than the " +
+                          std::to_string(kMaxPersistentCtas) + " its workspace is sized for (kMaxPersistentCtas)");
+  }
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(ctas));
   cfg.blockDim = dim3(static_cast<unsigned>(plan.config.threads()));

@@ -382,9 +382,17 @@ FP4GAP_HD constexpr PersistentSchedule persistent_schedule(std::int64_t tiles, s
   if (tiles > ctas && last > 0 && 2 * last <= ctas) return {tiles - last, last};
   return {tiles, 0};
 }
-// A persistent launch runs at most this many CTAs (launch_gemm checks it), so that its workspace
-// can be sized without the device: a split last wave has R <= tiles / 3 pairs (tiles >= G + R >= 3R)
-// and R <= G / 2.
+// With at least kPairSplitMinKBlocks K blocks a last wave's tile is not halved by rows but by K:
+// its two units each add half of the K range over all block_m rows, as fast per K block as a whole
+// tile, and the pair's CTAs then exchange the halves of their partial tiles through the plan's
+// workspace, each adding and storing one half of the rows (PERF-LOG run 199, an H100: the persistent
+// m256 at glm5 W13 M = 2560, 96 K blocks, 4% faster, its last main loop 10.5 us shorter for an
+// exchange of ~3.3 us; at 32 K blocks a tie).
+inline constexpr int kPairSplitMinKBlocks = 64;
+FP4GAP_HD constexpr bool last_wave_splits_k(std::int64_t k_blocks) { return k_blocks >= kPairSplitMinKBlocks; }
+// A persistent launch runs at most this many CTAs (launch_gemm checks it), so that the workspace of
+// a last wave split along K can be sized without the device: it has R <= tiles / 3 pairs
+// (tiles >= G + R >= 3R) and R <= G / 2.
 inline constexpr int kMaxPersistentCtas = 256;
 FP4GAP_HD constexpr std::int64_t persistent_pairs_bound(std::int64_t tiles) {
   return tiles / 3 < kMaxPersistentCtas / 2 ? tiles / 3 : kMaxPersistentCtas / 2;

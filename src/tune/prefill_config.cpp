@@ -205,7 +205,9 @@ std::string Plan::describe() const {
 
 std::int64_t Plan::workspace_bytes() const {
   const std::int64_t tiles = m_tiles * n_tiles;
-  if (config.persistent) return persistent_pairs_bound(tiles) * (config.block_m * kBlockN * 4 + 4);
+  if (config.persistent) {
+    return last_wave_splits_k(k_blocks) ? persistent_pairs_bound(tiles) * (config.block_m * kBlockN * 4 + 4) : 0;
+  }
   if (split_k == 2 && reduction == SplitReduction::cluster) return tiles * config.block_m * kBlockN * 4;
   if (split_k == 1 || reduction != SplitReduction::workspace) return 0;
   return tiles * split_k * config.block_m * kBlockN * 4 + tiles * 4;

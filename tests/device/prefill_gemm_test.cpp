@@ -190,6 +190,18 @@ void expect_exact_and_repeatable(const GemmInputs& in, const ReferenceResult& re
     ASSERT_EQ(std::memcmp(next.data(), first.data(), next.size() * sizeof(float)), 0)
         << "run " << run << " differs bitwise from run 1";
   }
+  if (plan.config.persistent && plan.workspace_bytes() > 0) {
+    // A last wave split along K: each pair's counter (after the partial tiles) went up by 2 per run,
+    // the others stayed 0.
+    const std::vector<std::uint8_t> ws = d.workspace.download();
+    const std::int64_t bound = prefill::persistent_pairs_bound(plan.m_tiles * plan.n_tiles);
+    const std::int64_t pairs = prefill::persistent_schedule(plan.ctas(), prefill::launch_ctas(plan)).halved_tiles;
+    for (std::int64_t i = 0; i < bound; ++i) {
+      std::uint32_t count = 0;
+      std::memcpy(&count, ws.data() + bound * plan.config.block_m * prefill::kBlockN * 4 + 4 * i, 4);
+      ASSERT_EQ(count, i < pairs ? 2u * static_cast<std::uint32_t>(runs) : 0u) << "pair " << i << " of " << pairs;
+    }
+  }
   if (plan.workspace_reduction()) {
     // The counters (after the partial tiles) are back at zero for the next launch.
     const std::vector<std::uint8_t> ws = d.workspace.download();
@@ -438,6 +450,42 @@ TEST(PrefillKernel, PersistentCtasRunTheLastWaveAsHalfTiles) {
       SCOPED_TRACE(repro(plan.describe() + ", " + p.label(), seed));
       const prefill::PersistentSchedule sched = prefill::persistent_schedule(plan.ctas(), prefill::launch_ctas(plan));
       ASSERT_GT(sched.halved_tiles, 0) << "the shape no longer halves the last wave on " << gpu().name;
+      ASSERT_FALSE(prefill::last_wave_splits_k(plan.k_blocks));
+      expect_exact_and_repeatable(in, ref, plan, 3);
+    }
+  }
+}
+
+TEST(PrefillKernel, PersistentLastWaveSplitsAlongKFromSixtyFourBlocks) {
+  REQUIRE_HOPPER();
+  // From 64 K blocks a last wave's tile runs as two units over the halves of K that exchange partial
+  // tiles (last_wave_splits_k). One row of 157 tiles: a full wave, then 25 tiles as 25 pairs; or
+  // 133 tiles: one pair. Rows: 40 (the second band past M: its CTA still sends the first band's
+  // partial), block_m / 2 + 4 (the second band 4 rows), block_m - 8. K: 65 blocks (the halves 32
+  // and 33), 64 with a partial last block (k_tail), 64. N = 16999 and f32: the fragment stores.
+  struct Shape {
+    int (*rows)(int block_m);
+    std::int64_t n, k;
+    OutputType out;
+  };
+  const auto forty = [](int) { return 40; };
+  const auto four_past_half = [](int block_m) { return block_m / 2 + 4; };
+  const auto almost_full = [](int block_m) { return block_m - 8; };
+  std::uint64_t seed = 7950;
+  for (const Shape s : {Shape{forty, 20000, 4160, OutputType::bf16}, Shape{four_past_half, 16999, 4100, OutputType::f32},
+                        Shape{almost_full, 17000, 4096, OutputType::f16}}) {
+    ++seed;
+    for (const prefill::TileConfig& c : prefill::tile_configs()) {
+      if (!c.persistent) continue;
+      const GemmProblem p = make_problem(s.rows(c.block_m), s.n, s.k, false, s.out);
+      const GemmInputs in = make_gemm_inputs(p, seed, InputDistribution::exact_grid);
+      const ReferenceResult ref = reference_gemm(in.a_view(), in.b_view(), in.alpha);
+      const prefill::Plan plan = prefill::make_plan(p.m, p.n, p.k, c, 1);
+      SCOPED_TRACE(repro(plan.describe() + ", " + p.label(), seed));
+      const prefill::PersistentSchedule sched = prefill::persistent_schedule(plan.ctas(), prefill::launch_ctas(plan));
+      ASSERT_GT(sched.halved_tiles, 0) << "the shape no longer pairs a last wave on " << gpu().name;
+      ASSERT_TRUE(prefill::last_wave_splits_k(plan.k_blocks));
+      ASSERT_GT(plan.workspace_bytes(), 0);
       expect_exact_and_repeatable(in, ref, plan, 3);
     }
   }

@@ -638,6 +638,13 @@ TEST(Cli, PlanSaysWhenAPersistentPlanHalvesItsLastWave) {
   const CliResult whole = run_cli("plan --m 1280 --n 6144 --k 2048 --device 'H200 SXM'");
   ASSERT_EQ(whole.code, 0) << whole.err;
   EXPECT_FALSE(has(whole.out, "half tiles")) << whole.out;
+  // K = 4096 (64 K blocks): the same last wave split along K instead (last_wave_splits_k).
+  const CliResult by_k = run_cli("plan --m 1024 --n 6144 --k 4096 --device 'H200 SXM'");
+  ASSERT_EQ(by_k.code, 0) << by_k.err;
+  EXPECT_TRUE(has(by_k.out, "        its last wave: 60 tiles as 120 units over half of K each, in pairs that exchange "
+                            "partial tiles\n"))
+      << by_k.out;
+  EXPECT_FALSE(has(by_k.out, "half tiles")) << by_k.out;
 }
 
 TEST(Cli, PlanMarksTheW4a4PlanBehindTheActivationPass) {

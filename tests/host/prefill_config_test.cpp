@@ -290,11 +290,14 @@ TEST(PersistentSchedule, HalvesOnlyALastWaveThatHalvesFit) {
   }
   // Every tile is run once, whole or as two halves, and the halves take at most one more round
   // after whole waves of whole tiles.
-  for (std::int64_t ctas = 1; ctas <= 140; ++ctas) {
+  // A last wave split along K has no more pairs than its workspace holds (persistent_pairs_bound),
+  // up to the kMaxPersistentCtas that launch_gemm allows.
+  for (std::int64_t ctas = 1; ctas <= kMaxPersistentCtas; ++ctas) {
     for (std::int64_t tiles = 1; tiles <= 600; ++tiles) {
       const PersistentSchedule s = persistent_schedule(tiles, ctas);
       ASSERT_EQ(s.whole_tiles + s.halved_tiles, tiles) << tiles << " tiles on " << ctas << " CTAs";
       ASSERT_EQ(s.units(), tiles + s.halved_tiles);
+      ASSERT_LE(s.halved_tiles, persistent_pairs_bound(tiles)) << tiles << " tiles on " << ctas << " CTAs";
       if (s.halved_tiles > 0) {
         ASSERT_GE(s.whole_tiles, ctas) << tiles << " tiles on " << ctas << " CTAs";
         ASSERT_EQ(s.whole_tiles % ctas, 0) << tiles << " tiles on " << ctas << " CTAs";
@@ -772,6 +775,13 @@ TEST(PrefillPlan, WorkspaceReductionNeedsANarrowTileAndSaysHowManyBytes) {
   const Plan clustered = make_plan(300, 200, 576, m16, 3);
   EXPECT_EQ(clustered.workspace_bytes(), 0);
   EXPECT_EQ(clustered.cluster_size(), 3);
+  // A persistent plan needs one only from 64 K blocks, where a last wave splits along K: a partial
+  // tile and a counter per pair, for as many pairs as the tiles allow (persistent_pairs_bound).
+  const TileConfig m256p = tile_configs()[3];
+  ASSERT_TRUE(m256p.persistent);
+  EXPECT_EQ(make_plan(1024, 6144, 4032, m256p, 1).workspace_bytes(), 0);  // 63 K blocks
+  EXPECT_EQ(make_plan(1024, 6144, 4096, m256p, 1).workspace_bytes(), 64 * (256 * kBlockN * 4 + 4));  // 192 tiles
+  EXPECT_EQ(make_plan(4096, 6144, 4096, m256p, 1).workspace_bytes(), 128 * (256 * kBlockN * 4 + 4));  // 768 tiles
   // A cluster split of 2 exchanges its bands through one fp32 tile per output tile.
   const Plan pair = make_plan(300, 200, 576, m16, 2);
   EXPECT_EQ(pair.workspace_bytes(), 38 * 16 * kBlockN * 4);

@@ -140,7 +140,10 @@ void write_shape(std::ostream& out, const GemmCase& shape, const DeviceContext& 
     out << "  " << (p.split_k == 1 ? "-" : p.reduction == prefill::SplitReduction::cluster ? "cluster" : "workspace") << "\n";
     if (p.config.persistent) {
       const prefill::PersistentSchedule sched = prefill::persistent_schedule(p.plan.ctas(), p.concurrent_ctas);
-      if (sched.halved_tiles > 0) {
+      if (sched.halved_tiles > 0 && prefill::last_wave_splits_k(p.plan.k_blocks)) {
+        out << "        its last wave: " << sched.halved_tiles << " tiles as " << 2 * sched.halved_tiles
+            << " units over half of K each, in pairs that exchange partial tiles\n";
+      } else if (sched.halved_tiles > 0) {
         out << "        its last wave: " << sched.halved_tiles << " tiles as " << 2 * sched.halved_tiles << " half tiles of "
             << p.config.block_m / 2 << " rows\n";
       }

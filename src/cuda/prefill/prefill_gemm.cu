@@ -47,6 +47,11 @@ namespace {
 
 #if FP4GAP_PREFILL_SM90A
 
+// The kinds of work unit a CTA runs (the consumers' run_unit compiles once per kind it meets).
+constexpr int kWholeTile = 0;
+constexpr int kHalfTile = 1;  // a persistent last wave's tile halved by rows
+constexpr int kKHalf = 2;     // a persistent last wave's tile halved along K (last_wave_splits_k)
+
 constexpr int kProducerRegisters = 40;
 constexpr int kConsumerRegisters = 232;  // 2 x 128 x 232 + 128 x 40 <= 65536
 
@@ -277,18 +282,24 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
   // Whether the unit after unit u starts at stage 0 (whole_tiles_from_stage_0): producer and
   // consumers close the ring after u by this one rule.
   auto next_starts_at_stage_0 = [&](int u) { return whole_tiles_from_stage_0 && u + unit_stride < whole_tiles; };
+  // The last wave's pairs split their tile along K, or else by rows (last_wave_splits_k).
+  const bool pairs_split_k = PERSISTENT && last_wave_splits_k(k_blocks);
   struct Unit {
     int nt;    // weight tile
     int row0;  // first activation (output) row
-    int rank;  // -1: the whole K range; 0 / 1: that half of it, one of a pair (persistent only)
-    int pair;  // the pair's index in the last wave (rank >= 0)
+    int part;  // -1: a whole tile; 0 / 1: the first or second unit of a last-wave pair (persistent only)
+    int pair;  // the pair's index in the last wave (part >= 0)
   };
   auto unit_at = [&](int u) -> Unit {
     if (!PERSISTENT || u < whole_tiles) return {u % n_tiles, (u / n_tiles) * BM, -1, 0};
     const int h = u - whole_tiles, pair = h / 2, tile = whole_tiles + pair;
-    return {tile % n_tiles, (tile / n_tiles) * BM, h % 2, pair};
+    return {tile % n_tiles, (tile / n_tiles) * BM + (pairs_split_k ? 0 : (h % 2) * (BM / 2)), h % 2, pair};
   };
-  auto unit_range = [&](const Unit& unit) { return unit.rank < 0 ? kr : split_k_range(k_blocks, 2, unit.rank); };
+  // Half tiles: BM / 2 rows over the whole K range.
+  auto half_tile = [&](const Unit& unit) { return unit.part >= 0 && !pairs_split_k; };
+  auto unit_range = [&](const Unit& unit) {
+    return unit.part < 0 || !pairs_split_k ? kr : split_k_range(k_blocks, 2, unit.part);
+  };
 
   int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
@@ -329,19 +340,20 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
       // block (k_tail), whose blocks come one 2D copy each: the 3D map has no column bound inside
       // a block.
       auto group_blocks = [&](int kb, int end) { return min(GROUP, end - kb); };
-      // A unit at the edge of M (the last row of tiles, where M ends inside it) copies only the
-      // rows that exist, one 2D copy per K block, through the map whose box is that many rows
-      // (act_edge_map: m % BM rows).
+      // A unit at the edge of M (the last row of tiles, or a persistent CTA's half of it, where M
+      // ends inside it) copies only the rows that exist, one 2D copy per K block, through the map
+      // whose box is that many rows (act_edge_map: m % BM rows; act_half_edge_map: m % (BM / 2)).
       // A box reaching past M has the copy engine write zeros for the missing rows, and those
       // copies cost up to 21% of the launch back to back (W13 at M = 65 on m64 G4 split 2, PERF-LOG
       // runs 127-129). The stage's rows past M keep whatever they held: they feed only output rows
       // past M, which are never stored.
-      auto at_edge = [&](const Unit& unit) { return unit.row0 + BM > m; };
+      auto unit_rows = [&](const Unit& unit) { return half_tile(unit) ? BM / 2 : BM; };
+      auto at_edge = [&](const Unit& unit) { return unit.row0 + unit_rows(unit) > m; };
       auto act_tile_2d = [&](int kb, int nb) { return GROUP == 1 || (k_tail && kb + nb == k_blocks); };
       // The activation bytes a group of `nb` K blocks from `kb` of `unit` brings into its stages.
       auto act_bytes = [&](const Unit& unit, int kb, int nb) -> std::uint32_t {
         if (DEQUANT_ACT) return 0u;
-        const int rows = min(BM, m - unit.row0);
+        const int rows = min(unit_rows(unit), m - unit.row0);
         if (rows < BM || act_tile_2d(kb, nb)) return static_cast<std::uint32_t>(nb * rows * kBlockK * 2);
         return GROUP * kActStageBytes;  // one 3D box, blocks past the range or K included
       };
@@ -366,13 +378,16 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
       };
       for (int u = first_unit; u < units; u += unit_stride) {
         const Unit unit = unit_at(u);
+        if (unit.row0 >= m) continue;  // an empty half tile
         const KRange range = unit_range(unit);
-        // An edge unit's activations fill the first rows of the stage's tile.
-        const bool edge = at_edge(unit);
-        const CUtensorMap* map = edge ? &act_edge_map : &act_map;
+        // A half tile's activations fill the first half of the stage's tile, an edge unit's its
+        // first rows.
+        const bool edge = at_edge(unit), half = half_tile(unit);
+        const CUtensorMap* map = half ? (edge ? &act_half_edge_map : &act_half_map) : (edge ? &act_edge_map : &act_map);
         for (int kb = static_cast<int>(range.begin); kb < static_cast<int>(range.end); kb += GROUP, ++loaded) {
           const int nb = group_blocks(kb, static_cast<int>(range.end));
-          const bool act_2d = edge || act_tile_2d(kb, nb);
+          // The group map's box is a whole tile's rows: a half tile's blocks come one 2D copy each.
+          const bool act_2d = edge || half || act_tile_2d(kb, nb);
           if (loaded >= prefetched) {
             // Released in order: the group's last stage free means all of its stages are.
             ptx::mbarrier_wait(empty_bar(stage + GROUP - 1), phase ^ 1);
@@ -676,13 +691,14 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
       }
       return true;
     };
-    // One work unit: its main loop over the unit's K range and its epilogue, compiled once for the
-    // whole tiles and once for the pairs of a persistent CTA's split last wave (`pair_half`:
-    // std::true_type, persistent_schedule).
+    // One work unit: its main loop over the unit's K range and its epilogue, compiled once per kind
+    // of unit (`kind`): kWholeTile, kHalfTile (BM / 2 rows) or kKHalf (half of the K range, one of a
+    // last-wave pair that exchanges partial tiles; persistent_schedule, last_wave_splits_k).
     // `align_next`: the next unit starts at stage 0 (next_starts_at_stage_0).
-    auto run_unit = [&](const Unit& unit, auto pair_half, bool align_next) {
-      constexpr bool kPairHalf = decltype(pair_half)::value;
-      constexpr int kAccW = BM / 2;  // fp32 accumulators per consumer thread (m64 x BM / 128 threads)
+    auto run_unit = [&](const Unit& unit, auto kind, bool align_next) {
+      constexpr bool kPairHalf = decltype(kind)::value == kKHalf;
+      constexpr int W = decltype(kind)::value == kHalfTile ? BM / 2 : BM;
+      constexpr int kAccW = W / 2;  // fp32 accumulators per consumer thread (m64 x W / 128 threads)
       const int nt = unit.nt;
       const KRange range = unit_range(unit);
       const int unit_iters = static_cast<int>(range.end - range.begin);
@@ -751,8 +767,8 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
             ptx::fence_proxy_async();  // the ring: wgmma read it through the async proxy
           }
           ptx::named_barrier(1, kConsumerWarpgroups * 128);
-          // A band's rows are the staging's first BM / 2 rows of each 64-column half, which its
-          // tensor map (box BM / 2 rows) stores.
+          // A half tile's or a band's rows are the staging's first BM / 2 rows of each 64-column
+          // half, which its tensor map (box BM / 2 rows) stores.
           stage_output_part(base + static_cast<std::uint32_t>(warpgroup) * (BM * 128u), tile_acc, warp, lane, out_type,
                             alpha);
           ptx::fence_proxy_async();  // the generic-proxy writes above, before the copy engine reads them
@@ -832,7 +848,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
           }
           store_tile(*reinterpret_cast<float(*)[kAccW / 2]>(&acc[4 * kOwn]), unit.row0 + 8 * kOwn);
         };
-        if (unit.rank == 0) {
+        if (unit.part == 0) {
           exchange(std::integral_constant<int, 0>{});
         } else {
           exchange(std::integral_constant<int, 1>{});
@@ -1017,11 +1033,18 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
     };
     int u = first_unit;
     for (; u < whole_tiles; u += unit_stride) {
-      run_unit(unit_at(u), std::false_type{}, next_starts_at_stage_0(u));
+      run_unit(unit_at(u), std::integral_constant<int, kWholeTile>{}, next_starts_at_stage_0(u));
     }
     if constexpr (PERSISTENT) {
-      // At most one unit of the split last wave per CTA (2R <= G).
-      if (u < units) run_unit(unit_at(u), std::true_type{}, false);
+      // At most one last-wave unit per CTA (2R <= G).
+      if (u < units) {
+        const Unit unit = unit_at(u);
+        if (pairs_split_k) {
+          run_unit(unit, std::integral_constant<int, kKHalf>{}, false);
+        } else if (unit.row0 < m) {  // else an empty half tile
+          run_unit(unit, std::integral_constant<int, kHalfTile>{}, false);
+        }
+      }
     }
     if (PERSISTENT && threadIdx.x == 0) ptx::bulk_wait_group_read_all();
     if (timeline != nullptr && threadIdx.x == 0) {

@@ -371,10 +371,11 @@ FP4GAP_HD constexpr int cluster_band_box_rows(int block_m, int split_k) {
 // tile's main loop instead of a whole one's (~0.75x, run 33: 0.47 against 0.61-0.64 us per K block;
 // the narrow wgmma is bound by the dequantization, docs/KERNELS-prefill.md) and no partial sums
 // meet: each half is a complete output tile of its own. A half that starts at or beyond M is
-// empty and skipped.
+// empty and skipped. From 64 K blocks the pair splits the tile along K instead
+// (last_wave_splits_k, below).
 struct PersistentSchedule {
   std::int64_t whole_tiles = 0;   // units [0, whole_tiles): tiles 0 .. whole_tiles - 1
-  std::int64_t halved_tiles = 0;  // units whole_tiles + 2h, + 2h + 1: the halves of tile whole_tiles + h
+  std::int64_t halved_tiles = 0;  // units whole_tiles + 2h, + 2h + 1: the two halves of tile whole_tiles + h
   FP4GAP_HD constexpr std::int64_t units() const { return whole_tiles + 2 * halved_tiles; }
 };
 FP4GAP_HD constexpr PersistentSchedule persistent_schedule(std::int64_t tiles, std::int64_t ctas) {

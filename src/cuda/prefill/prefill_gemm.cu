@@ -19,7 +19,8 @@
 // from a global workspace. A
 // persistent instantiation runs one CTA per SM over many tiles: the producer keeps loading the next
 // tile while the consumers store this one (16-bit outputs through stmatrix + TMA store), and a
-// small last wave runs as half tiles (persistent_schedule).
+// small last wave runs as half tiles, or from 64 K blocks as pairs of units over the halves of K
+// that exchange partial tiles through a workspace (persistent_schedule, last_wave_splits_k).
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

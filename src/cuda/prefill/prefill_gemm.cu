@@ -802,7 +802,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
       };
       if constexpr (kPairHalf) {
         // A pair of the split last wave: each CTA has added half of the tile's K range. Each stores
-        // the other's band of its partial tile (rank 0 keeps rows 0 .. BM / 2 - 1, rank 1 the rest)
+        // the other's band of its partial tile (part 0 keeps rows 0 .. BM / 2 - 1, part 1 the rest)
         // to the pair's workspace (quad i at [pair][i][thread]), counts itself on the pair's
         // counter, waits for the other's count, adds the other's partial of its band from L2 and
         // stores the band. Both CTAs are resident (a persistent grid, the pair's units on
@@ -819,8 +819,8 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
                                             static_cast<std::size_t>(persistent_pairs_bound(tiles)) * (kAccW / 4) *
                                                 kThreads) +
             unit.pair;
-        auto exchange = [&](auto rank) {
-          constexpr int kOwn = decltype(rank)::value * kBandQuads, kOther = kBandQuads - kOwn;
+        auto exchange = [&](auto part) {
+          constexpr int kOwn = decltype(part)::value * kBandQuads, kOther = kBandQuads - kOwn;
 #pragma unroll
           for (int j = 0; j < kBandQuads; ++j) {
             const int i = kOther + j;

@@ -168,7 +168,11 @@ struct Plan {
   // (fp32, tiles x split_k x block_m x kBlockN) followed by one 32-bit counter per tile, which
   // must be zero before the first launch; every launch leaves them zero. For a cluster split of
   // 2, one fp32 tile per output tile, through which the two CTAs exchange their bands (16-bit
-  // outputs through the copy engine; the others exchange through distributed shared memory).
+  // outputs through the copy engine; the others exchange through distributed shared memory). For a
+  // persistent plan of at least kPairSplitMinKBlocks K blocks, one fp32 tile and a 32-bit counter
+  // per pair its last wave may split along K (persistent_pairs_bound: sized without knowing how
+  // many CTAs run at once, so up to 16 MB at large M where the launch may use none of it); the
+  // counters must be zero before the first launch and stay even after each.
   std::int64_t workspace_bytes() const;
   // Rows of the largest band that a CTA of a cluster split adds up and stores through the copy
   // engine (cluster_band_pairs: 16 rows per pair of accumulator quads); 0 where it is not a

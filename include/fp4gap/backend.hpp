@@ -58,7 +58,8 @@ GemmInputs make_gemm_inputs(const GemmProblem& problem, std::uint64_t seed,
 // the CTAs it launches, how many of them the device holds at once (clusters and shared memory
 // counted), and the tiles of equal work they run: as many as the CTAs, or more where persistent
 // CTAs loop over tiles. `halved_wave_cost`: where a persistent launch runs its partial last wave
-// as half tiles, that wave's time in whole tiles (0: no such wave). `m` (0: not said), `tile_rows`,
+// as pairs of units (half tiles, or halves of K: charged as half tiles, as the cost model charges
+// them), that wave's time in whole tiles (0: no such wave). `m` (0: not said), `tile_rows`,
 // `row_tiles`: the GEMM's rows and how its tiles cover them, row_tiles = ceil(m / tile_rows); the
 // rows past m cost tensor work that no output keeps.
 struct LaunchFill {

@@ -402,6 +402,11 @@ inline constexpr int kMaxPersistentCtas = 256;
 FP4GAP_HD constexpr std::int64_t persistent_pairs_bound(std::int64_t tiles) {
   return tiles / 3 < kMaxPersistentCtas / 2 ? tiles / 3 : kMaxPersistentCtas / 2;
 }
+// That workspace: an fp32 partial tile per pair (block_m x kBlockN), then a 32-bit counter per pair
+// from this byte offset.
+FP4GAP_HD constexpr std::int64_t persistent_pair_counters_offset(std::int64_t tiles, int block_m) {
+  return persistent_pairs_bound(tiles) * block_m * kBlockN * 4;
+}
 
 // ---- Packed weight layout ----
 //

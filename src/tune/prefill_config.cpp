@@ -206,7 +206,9 @@ std::string Plan::describe() const {
 std::int64_t Plan::workspace_bytes() const {
   const std::int64_t tiles = m_tiles * n_tiles;
   if (config.persistent) {
-    return last_wave_splits_k(k_blocks) ? persistent_pairs_bound(tiles) * (config.block_m * kBlockN * 4 + 4) : 0;
+    return last_wave_splits_k(k_blocks)
+               ? persistent_pair_counters_offset(tiles, config.block_m) + 4 * persistent_pairs_bound(tiles)
+               : 0;
   }
   if (split_k == 2 && reduction == SplitReduction::cluster) return tiles * config.block_m * kBlockN * 4;
   if (split_k == 1 || reduction != SplitReduction::workspace) return 0;

@@ -194,11 +194,13 @@ void expect_exact_and_repeatable(const GemmInputs& in, const ReferenceResult& re
     // A last wave split along K: each pair's counter (after the partial tiles) went up by 2 per run,
     // the others stayed 0.
     const std::vector<std::uint8_t> ws = d.workspace.download();
-    const std::int64_t bound = prefill::persistent_pairs_bound(plan.m_tiles * plan.n_tiles);
+    const std::int64_t tiles = plan.m_tiles * plan.n_tiles;
+    const std::int64_t bound = prefill::persistent_pairs_bound(tiles);
+    const std::int64_t counters = prefill::persistent_pair_counters_offset(tiles, plan.config.block_m);
     const std::int64_t pairs = prefill::persistent_schedule(plan.ctas(), prefill::launch_ctas(plan)).halved_tiles;
     for (std::int64_t i = 0; i < bound; ++i) {
       std::uint32_t count = 0;
-      std::memcpy(&count, ws.data() + bound * plan.config.block_m * prefill::kBlockN * 4 + 4 * i, 4);
+      std::memcpy(&count, ws.data() + counters + 4 * i, 4);
       ASSERT_EQ(count, i < pairs ? 2u * static_cast<std::uint32_t>(runs) : 0u) << "pair " << i << " of " << pairs;
     }
   }

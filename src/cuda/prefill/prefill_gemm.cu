@@ -815,10 +815,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
         float4* const pair_ws = reinterpret_cast<float4*>(workspace) +
                                 static_cast<std::size_t>(unit.pair) * (kAccW / 4) * kThreads;
         unsigned int* const counter =
-            reinterpret_cast<unsigned int*>(reinterpret_cast<float4*>(workspace) +
-                                            static_cast<std::size_t>(persistent_pairs_bound(tiles)) * (kAccW / 4) *
-                                                kThreads) +
-            unit.pair;
+            reinterpret_cast<unsigned int*>(workspace + persistent_pair_counters_offset(tiles, BM)) + unit.pair;
         auto exchange = [&](auto part) {
           constexpr int kOwn = decltype(part)::value * kBandQuads, kOther = kBandQuads - kOwn;
 #pragma unroll

@@ -131,6 +131,13 @@ const std::vector<TileConfig>& tile_configs() {
       // still unrolls. Run 189 (an H100): 7-11% faster than the picks it displaced (W2 M = 640
       // 28.4 -> 26.0 us; M = 1344 55.7 -> 50.8).
       {128, 8, true, 2},
+      // Wide tiles of 160 and 192 activation rows: W2 (N = 6144) at M = 513-768 as 4 rows of them,
+      // 128 CTAs, where the 128-row tiles take 1.5 waves (m192: 192 tiles) or leave SMs idle. Their
+      // 80 / 96 accumulators need more than the 128 registers 512 threads get at launch: the
+      // producer warpgroup hands registers to the consumers (setmaxnreg, 32 and 160). 6 stages
+      // (8 do not fit), as deep in time as m128n192's 8: a K block is 1.25 / 1.5 of its tensor work.
+      {192, 6, false, 2, kWideWeightRows},  // 203,872 B
+      {160, 6, false, 2, kWideWeightRows},  // 179,296 B
   };
   return configs;
 }
@@ -455,6 +462,11 @@ constexpr TileCost kTileCosts[] = {
     // cycles), m112's fixed part. Run 178 (an H100) timed it 17.5-17.9 us at W2 M = 300-384, where
     // this predicts 18.6 and m112's 20.3 (timed 19.0-19.5): the same ratio to the time.
     {96, false, 2, 2.10, 0.0, 0.516, 0.0, 0.0, 0.0, kWideWeightRows},
+    // Predicted, not yet timed: the tensor work per K block (1152 / 960 SM cycles for 192 / 160
+    // activation rows) at the ~92% of the tensor rate that run 158's three warpgroups reached on a
+    // ring as deep in time, at m256's 1.65 GHz; fixed part m128n192's and the wider output.
+    {192, false, 2, 2.70, 0.0, 0.760, 0.0, 0.0, 0.0, kWideWeightRows},
+    {160, false, 2, 2.60, 0.0, 0.630, 0.0, 0.0, 0.0, kWideWeightRows},
 };
 
 const TileCost& tile_cost(const TileConfig& config) {

@@ -1067,7 +1067,9 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
 // each of the two packed 128-row chunks that the tile's 64-row slices lie in with one bulk copy (a
 // chunk past N is not copied: the slices in it lie past N, and their outputs are not stored). Same
 // parameters as prefill_gemm_kernel so that one launch serves both; the half-tile, edge and split
-// arguments are unused. 512 threads: ptxas gives each 128 registers (launch bound), so no setmaxnreg.
+// arguments are unused. 512 threads get 128 registers each at launch (the launch bound); the tiles of
+// more than 128 activation rows need more accumulators, so there the producer warpgroup gives
+// registers back to the consumers (setmaxnreg: 128 x 32 + 384 x 160 = 65536).
 template <int BM, int STAGES, int GROUP>
 __global__ void __launch_bounds__(128 * (kWideWeightRows / 64 + 1), 1)
     prefill_wide_kernel(const __grid_constant__ CUtensorMap act_map, const __grid_constant__ CUtensorMap act_half_map,
@@ -1085,6 +1087,8 @@ __global__ void __launch_bounds__(128 * (kWideWeightRows / 64 + 1), 1)
   static_assert(STAGES % kBuffers == 0 && STAGES % GROUP == 0, "the ring unrolls by whole buffer and copy groups");
   constexpr std::uint32_t kActStageBytes = BM * kBlockK * 2;
   constexpr int kAccW = BM / 2;
+  constexpr bool kWideRegisterSplit = BM > 128;  // more accumulators than 128 registers a thread hold
+  constexpr int kWideProducerRegisters = 32, kWideConsumerRegisters = 160;
   if (timeline != nullptr && threadIdx.x == 0) {
     timeline[static_cast<std::size_t>(blockIdx.x) * kTimelineFields] = ptx::global_timer();
   }
@@ -1121,6 +1125,7 @@ __global__ void __launch_bounds__(128 * (kWideWeightRows / 64 + 1), 1)
   const int warpgroup = static_cast<int>(threadIdx.x) / 128, tid = static_cast<int>(threadIdx.x) % 128;
   if (warpgroup == kWarpgroups) {
     // ---- producer ----
+    if constexpr (kWideRegisterSplit) ptx::release_registers<kWideProducerRegisters>();
     if (tid != 0) return;
     ptx::prefetch_tensor_map(&act_group_map);
     cuda::wait_for_previous_grid();  // the activations may come from the previous kernel
@@ -1154,6 +1159,7 @@ __global__ void __launch_bounds__(128 * (kWideWeightRows / 64 + 1), 1)
     return;
   }
   // ---- consumers ---- Warpgroup w owns the tile's 64-row slice 3 tile + w.
+  if constexpr (kWideRegisterSplit) ptx::claim_registers<kWideConsumerRegisters>();
   const int chunk = wide_slice_chunk(tile, warpgroup), half = wide_slice_half(tile, warpgroup);
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const std::uint32_t chunk_smem = wgt_smem + static_cast<std::uint32_t>(chunk * STAGES * kChunkBytes);
@@ -1327,6 +1333,8 @@ KernelFn kernel_for(const TileConfig& c, bool dequant_act = false) {
   if (is(128, 8, false, 2, kWideWeightRows)) return prefill_wide_kernel<128, 8, 2>;
   if (is(112, 8, false, 2, kWideWeightRows)) return prefill_wide_kernel<112, 8, 2>;
   if (is(96, 8, false, 2, kWideWeightRows)) return prefill_wide_kernel<96, 8, 2>;
+  if (is(192, 6, false, 2, kWideWeightRows)) return prefill_wide_kernel<192, 6, 2>;
+  if (is(160, 6, false, 2, kWideWeightRows)) return prefill_wide_kernel<160, 6, 2>;
   if (is(32, 12, false, 4)) return prefill_gemm_kernel<32, 12, false, 4>;
   if (is(16, 12, false, 4)) return prefill_gemm_kernel<16, 12, false, 4>;
   if (is(64, 12, false, 4)) return prefill_gemm_kernel<64, 12, false, 4>;

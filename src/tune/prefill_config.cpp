@@ -462,11 +462,12 @@ constexpr TileCost kTileCosts[] = {
     // cycles), m112's fixed part. Run 178 (an H100) timed it 17.5-17.9 us at W2 M = 300-384, where
     // this predicts 18.6 and m112's 20.3 (timed 19.0-19.5): the same ratio to the time.
     {96, false, 2, 2.10, 0.0, 0.516, 0.0, 0.0, 0.0, kWideWeightRows},
-    // Predicted, not yet timed: the tensor work per K block (1152 / 960 SM cycles for 192 / 160
-    // activation rows) at the ~92% of the tensor rate that run 158's three warpgroups reached on a
-    // ring as deep in time, at m256's 1.65 GHz; fixed part m128n192's and the wider output.
-    {192, false, 2, 2.70, 0.0, 0.760, 0.0, 0.0, 0.0, kWideWeightRows},
-    {160, false, 2, 2.60, 0.0, 0.630, 0.0, 0.0, 0.0, kWideWeightRows},
+    // m192n192 / m160n192 (6 stages, rounds of the fragment buffers at a runtime stage): fitted to
+    // run 203's `fp4gap tune` on an H200, the mean of two W2 points at 32 K blocks (M = 704 / 768:
+    // 27.69 / 28.12 us; M = 576 / 640: 24.00 / 24.26) and one W13 point at 96 (M = 1152: 75.83; M =
+    // 960: 62.95). Per K block 1236 / 1001 SM cycles at 1.65 GHz, 93% / 96% of the tensor work.
+    {192, false, 2, 3.93, 0.0, 0.749, 0.0, 0.0, 0.0, kWideWeightRows},
+    {160, false, 2, 4.72, 0.0, 0.607, 0.0, 0.0, 0.0, kWideWeightRows},
 };
 
 const TileCost& tile_cost(const TileConfig& config) {
@@ -577,6 +578,14 @@ std::vector<PlanCandidate> plan_candidates(std::int64_t m, std::int64_t n, std::
             std::ostringstream os;
             os << "persistent: its " << cand.plan.ctas() << " tiles fit one wave of " << cand.concurrent_ctas
                << " CTAs, which the non-persistent m" << c.block_m << " kernel runs faster";
+            cand.status = Status::not_supported(os.str());
+          } else if (c.weight_rows == kWideWeightRows && cand.waves > 1) {
+            // Measured only where their tiles make one wave: at two or more the persistent tiles ran
+            // 1-11% faster (PERF-LOG run 202: W2 M = 1152-1920, W13 M = 1920), which the cost model,
+            // charging every wave a whole tile, does not see.
+            std::ostringstream os;
+            os << "wide: its " << cand.plan.ctas() << " tiles need " << cand.waves << " waves of " << cand.concurrent_ctas
+               << " CTAs; the wide tiles run one";
             cand.status = Status::not_supported(os.str());
           }
         }

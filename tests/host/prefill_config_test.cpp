@@ -490,9 +490,10 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
                        Case{2048, 6144, 2048, 256, 1, true},
                        Case{384, 4096, 6144, 192, 2, false, kCluster, 2},  // 32.77
                        Case{768, 2048, 6144, 192, 2, false, kCluster, 2},  // 32.63
-                       // 33.06 (60 of 192 tiles halved); run 194 (an H100): 2 K blocks per copy
-                       // 32.86 / 32.63 against one block's 33.80 / 33.18
-                       Case{768, 6144, 2048, 192, 1, true, kCluster, 2},
+                       // Run 202 (an H100): the wide m192 in one wave (128 tiles), padded to 36 K
+                       // blocks, 31.03 against the persistent m192's 33.12 (192 tiles, 60 halved);
+                       // run 203 (an H200) at a runtime stage, 32 blocks: 28.12 (cuBLAS BF16 27.0)
+                       Case{768, 6144, 2048, 192, 1, false, kCluster, 2, kWideWeightRows},
                        Case{1024, 6144, 2048, 256, 1, true},    // 37.81 (60 of 192 tiles halved)
                        // Run 34: the persistent m256 112.17 (60 of 192 tiles halved); since run 188 (an
                        // H100) m192 G2, the same 256 tiles as at M = 1400, where it took 99.77 / 101.10
@@ -522,7 +523,9 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
                        // adds is a second wave at N = 4096
                        Case{520, 4096, 6144, 144, 1, false, kCluster, 3},   // 41.99 (m192: 49.59)
                        Case{264, 4096, 6144, 144, 2, false, kCluster, 3},   // 26.02 (m192 split 2: 30.77)
-                       Case{1040, 4096, 6144, 144, 1, false, kCluster, 3},  // 83.48 (m192 split 2: 93.18)
+                       // 83.48 (m192 split 2: 93.18); since run 202 the wide m192 in one wave (6 rows of
+                       // 22 tiles; at M = 1152, an H100: 73.83 against m144's 81.09)
+                       Case{1040, 4096, 6144, 192, 1, false, kCluster, 2, kWideWeightRows},
                        Case{264, 6144, 2048, 144, 1, false, kCluster, 3},   // 16.39 (m192: 19.65)
                        Case{520, 2048, 6144, 144, 2, false, kCluster, 3},   // 25.93 (m192 split 2: 30.47)
                        // Run 138: m144 split 3 18.92 (m128 G3 split 2: 22.07); run 150 (an H100): 18.56
@@ -531,8 +534,10 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
                        Case{264, 2048, 6144, 80, 2, false, kCluster, 4},
                        // 29.30 (m144: 31.60); run 162 at M = 576: G2 29.12 against G3's 29.44. Since run
                        // 189 (an H100) the persistent m128 G2 at M = 520-640: M = 640 26.05 / 25.82 us
-                       // against the 10-stage G2's 28.43 / 28.32
-                       Case{520, 6144, 2048, 128, 1, true, kCluster, 2},
+                       // against the 10-stage G2's 28.43 / 28.32. Since runs 202-203 the wide m160 in
+                       // one wave (4 rows of 32): at M = 576 25.74 against the persistent m128's 26.57
+                       // (an H100, padded to 36 K blocks); 24.00 at a runtime stage (an H200)
+                       Case{520, 6144, 2048, 160, 1, false, kCluster, 2, kWideWeightRows},
                        // Run 189: four waves of m128 tiles, persistent 50.86 / 50.66 against the
                        // persistent m192's 55.75 / 55.57
                        Case{1344, 6144, 2048, 128, 1, true, kCluster, 2},
@@ -675,13 +680,15 @@ TEST(PrefillPolicy, CandidatesCoverEveryPlanAndSayWhyOthersCannotRun) {
   // In tile_configs() order: m256, m128, m64, the persistent m256, the two m192 configs and m128
   // with copy groups unfit, then m32 and m16 x split 1, and splits 2..8 each with a cluster and
   // then a workspace reduction, then m64 with copy groups, m144, m80, m96, m208, m160, the
-  // 10-stage m128, the three wide tiles and the persistent m128 unfit.
+  // 10-stage m128, the three 8-stage wide tiles, the persistent m128 and the two 6-stage wide tiles
+  // unfit.
   constexpr std::size_t kPerConfig = 1 + 2 * (kMaxSplitK - 1);
   constexpr std::size_t kUnfit[] = {0, 1, 2, 3, 4, 5, 6, 7 + 2 * kPerConfig, 8 + 2 * kPerConfig, 9 + 2 * kPerConfig,
                                     10 + 2 * kPerConfig, 11 + 2 * kPerConfig, 12 + 2 * kPerConfig,
                                     13 + 2 * kPerConfig, 14 + 2 * kPerConfig, 15 + 2 * kPerConfig,
-                                    16 + 2 * kPerConfig, 17 + 2 * kPerConfig};
-  ASSERT_EQ(c.size(), 18u + 2 * kPerConfig);
+                                    16 + 2 * kPerConfig, 17 + 2 * kPerConfig, 18 + 2 * kPerConfig,
+                                    19 + 2 * kPerConfig};
+  ASSERT_EQ(c.size(), 20u + 2 * kPerConfig);
   for (const std::size_t i : kUnfit) {
     EXPECT_EQ(c[i].status.code, StatusCode::not_supported) << c[i].config.name();
     EXPECT_NE(c[i].status.reason.find(std::to_string(c[i].config.smem_bytes())), std::string::npos) << c[i].status.reason;
@@ -741,7 +748,20 @@ TEST(PrefillPlan, WideTilesCover192WeightRowsAndRunUnsplit) {
     ++wide_candidates;
     EXPECT_EQ(c.split_k, 1) << c.config.name();
   }
-  EXPECT_EQ(wide_candidates, 3);
+  EXPECT_EQ(wide_candidates, 5);
+  // Offered in one wave only: at M = 1536 the m192 wide tiles are 8 rows of 32.
+  int refused = 0;
+  for (const PlanCandidate& c : plan_candidates(1536, 6144, 2048, h200_context())) {
+    if (c.config.weight_rows != kWideWeightRows) continue;
+    ++refused;
+    EXPECT_EQ(c.status.code, StatusCode::not_supported) << c.config.name();
+    if (c.config.block_m == 192) {
+      EXPECT_NE(c.status.reason.find("wide: its 256 tiles need 2 waves of 132 CTAs; the wide tiles run one"),
+                std::string::npos)
+          << c.status.reason;
+    }
+  }
+  EXPECT_EQ(refused, 5);
 }
 
 // Every weight row below N that a wide tile covers is read from a chunk it copies, at the row the

@@ -1105,12 +1105,18 @@ __global__ void __launch_bounds__(128 * (kWideWeightRows / 64 + 1), 1)
   const int row0 = static_cast<int>(blockIdx.x) / n_tiles * BM;
   const WideTileChunks tile_chunks = wide_tile_chunks(tile, n);
   const int chunk0 = tile_chunks.first, chunks = tile_chunks.count;
-  // The K range runs in whole copy groups: the blocks past K get zero activations (the tensor copy
-  // fills what lies past K with zeros) and no weight copy, so their wgmmas add only zero products to
-  // finite weights: the weight stages are zeroed first, and then only ever hold dequantizable chunks
-  // (pack_weights refuses NaN scales).
+  // The consumers' loop unrolled by the ring's stages (every stage a constant) runs the K range in
+  // whole passes: none padded at the presets' 32, 96 and 112 blocks on 8 stages, but 32 become 36 on
+  // 6 (K = 2048). So the 6-stage tiles run rounds of the fragment buffers at a runtime stage instead,
+  // in whole copy groups (PERF-LOG run 203, an H200: 7.5-8.7% faster at K = 2048, 1.4-2.1% slower at
+  // K = 6144; the 8-stage tiles ran 2-16% slower that way).
+  constexpr bool kUnrolledRing = STAGES == 8;
   static_assert(GROUP % kBuffers == 0, "a copy group is whole rounds of the fragment buffers");
-  const int padded_blocks = (k_blocks + GROUP - 1) / GROUP * GROUP;
+  // The blocks past K get zero activations (the tensor copy fills what lies past K with zeros) and no
+  // weight copy, so their wgmmas add only zero products to finite weights: the weight stages are
+  // zeroed first, and then only ever hold dequantizable chunks (pack_weights refuses NaN scales).
+  const int pass_blocks = kUnrolledRing ? STAGES : GROUP;
+  const int padded_blocks = (k_blocks + pass_blocks - 1) / pass_blocks * pass_blocks;
   for (int i = static_cast<int>(threadIdx.x); i < 2 * STAGES * kChunkBytes / 16; i += static_cast<int>(blockDim.x)) {
     ptx::st_shared_v4_u32(wgt_smem + 16u * static_cast<std::uint32_t>(i), 0u, 0u, 0u, 0u);
   }
@@ -1207,14 +1213,21 @@ __global__ void __launch_bounds__(128 * (kWideWeightRows / 64 + 1), 1)
     ptx::mbarrier_wait(full_bar(0), 0);
     timeline[static_cast<std::size_t>(blockIdx.x) * kTimelineFields + 1] = ptx::global_timer();
   }
-  // Rounds of the fragment buffers at a runtime stage. (Until run 203 the ring was unrolled by its
-  // stages and the K range padded to whole passes: 4 blocks of 36 for the 6-stage tiles at K = 2048.
-  // Tails after such passes, as unrolled prefixes or suffixes, made ptxas serialize the wgmmas.)
-  for (int it = 0, stg = 0; it < padded_blocks; it += kBuffers) {
-    [&]<int... B>(std::integer_sequence<int, B...>) {
-      (consume(stg + B, std::integral_constant<int, B>{}, it + B), ...);
-    }(std::make_integer_sequence<int, kBuffers>{});
-    stg = stg + kBuffers == STAGES ? 0 : stg + kBuffers;
+  // (A tail after whole passes, at a runtime stage or as unrolled prefixes or suffixes, made ptxas
+  // serialize the wgmmas: C7511 / C7512 / C7520.)
+  if constexpr (kUnrolledRing) {
+    for (int it = 0; it < padded_blocks; it += STAGES) {
+      [&]<int... S>(std::integer_sequence<int, S...>) {
+        (consume(S, std::integral_constant<int, S % kBuffers>{}, it + S), ...);
+      }(std::make_integer_sequence<int, STAGES>{});
+    }
+  } else {
+    for (int it = 0, stg = 0; it < padded_blocks; it += kBuffers) {
+      [&]<int... B>(std::integer_sequence<int, B...>) {
+        (consume(stg + B, std::integral_constant<int, B>{}, it + B), ...);
+      }(std::make_integer_sequence<int, kBuffers>{});
+      stg = stg + kBuffers == STAGES ? 0 : stg + kBuffers;
+    }
   }
   ptx::wgmma_wait<0>();
 #pragma unroll

@@ -135,7 +135,7 @@ const std::vector<TileConfig>& tile_configs() {
       // 128 CTAs, where the 128-row tiles take 1.5 waves (m192: 192 tiles) or leave SMs idle. Their
       // 80 / 96 accumulators need more than the 128 registers 512 threads get at launch: the
       // producer warpgroup hands registers to the consumers (setmaxnreg, 32 and 160). 6 stages
-      // (8 do not fit), as deep in time as m128n192's 8: a K block is 1.25 / 1.5 of its tensor work.
+      // (8 do not fit), as deep in time as m128n192's 8: a K block holds 1.25 / 1.5 times its tensor work.
       {192, 6, false, 2, kWideWeightRows},  // 203,872 B
       {160, 6, false, 2, kWideWeightRows},  // 179,296 B
   };

@@ -186,14 +186,16 @@ __device__ __forceinline__ float4 load_cluster_f4(std::uint32_t addr) {
   return v;
 }
 
-// Orders this thread's shared-memory accesses through the async proxy (wgmma, TMA) against its
-// later ordinary accesses to the same bytes.
+// A global word read with acquire semantics at GPU scope: what its writer stored before releasing
+// it is visible to this thread's later reads.
 __device__ __forceinline__ std::uint32_t ld_acquire_gpu(const std::uint32_t* p) {
   std::uint32_t v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
 
+// Orders this thread's shared-memory accesses through the async proxy (wgmma, TMA) against its
+// later ordinary accesses to the same bytes.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 // The same between the generic proxy's global accesses and the copy engine's.
 __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }

@@ -138,6 +138,9 @@ const std::vector<TileConfig>& tile_configs() {
       // (8 do not fit), as deep in time as m128n192's 8: a K block holds 1.25 / 1.5 times its tensor work.
       {192, 6, false, 2, kWideWeightRows},  // 203,872 B
       {160, 6, false, 2, kWideWeightRows},  // 179,296 B
+      // 176 rows for W13 (N = 4096, 22 tiles of 192 weight rows) at M = 961-1056: 6 rows of them
+      // are 132 CTAs, where m192's 6 rows carry up to 192 idle rows. One m64n176k16 per step.
+      {176, 6, false, 2, kWideWeightRows},  // 191,584 B
   };
   return configs;
 }
@@ -468,6 +471,8 @@ constexpr TileCost kTileCosts[] = {
     // 960: 62.95). Per K block 1236 / 1001 SM cycles at 1.65 GHz, 93% / 96% of the tensor work.
     {192, false, 2, 3.93, 0.0, 0.749, 0.0, 0.0, 0.0, kWideWeightRows},
     {160, false, 2, 4.72, 0.0, 0.607, 0.0, 0.0, 0.0, kWideWeightRows},
+    // m176n192: between the two, by rows (not yet timed).
+    {176, false, 2, 4.33, 0.0, 0.678, 0.0, 0.0, 0.0, kWideWeightRows},
 };
 
 const TileCost& tile_cost(const TileConfig& config) {

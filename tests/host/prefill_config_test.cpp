@@ -20,7 +20,7 @@ using test::h200_context;
 
 TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
   const std::vector<TileConfig>& configs = tile_configs();
-  ASSERT_EQ(configs.size(), 22u);
+  ASSERT_EQ(configs.size(), 23u);
   EXPECT_EQ(configs[0].name(), "sm90a bf16 x nvfp4 m256n128k64 6 stages");
   EXPECT_EQ(configs[1].name(), "sm90a bf16 x nvfp4 m128n128k64 9 stages");
   EXPECT_EQ(configs[2].name(), "sm90a bf16 x nvfp4 m64n128k64 12 stages");
@@ -57,6 +57,8 @@ TEST(PrefillConfig, NamesAndSharedMemoryBytes) {
   EXPECT_EQ(configs[20].smem_bytes(), 6 * (192 * 128 + 2 * 4608) + 96 + 1024);
   EXPECT_EQ(configs[21].name(), "sm90a bf16 x nvfp4 m160n192k64 6 stages, 2 K blocks per copy");
   EXPECT_EQ(configs[21].smem_bytes(), 6 * (160 * 128 + 2 * 4608) + 96 + 1024);
+  EXPECT_EQ(configs[22].name(), "sm90a bf16 x nvfp4 m176n192k64 6 stages, 2 K blocks per copy");
+  EXPECT_EQ(configs[22].smem_bytes(), 6 * (176 * 128 + 2 * 4608) + 96 + 1024);
   // Two consumer warpgroups (three for the wide tiles) and one producer warpgroup.
   for (const TileConfig& c : configs) {
     EXPECT_EQ(c.threads(), c.weight_rows == kWideWeightRows ? 512 : 384) << c.name();
@@ -680,15 +682,15 @@ TEST(PrefillPolicy, CandidatesCoverEveryPlanAndSayWhyOthersCannotRun) {
   // In tile_configs() order: m256, m128, m64, the persistent m256, the two m192 configs and m128
   // with copy groups unfit, then m32 and m16 x split 1, and splits 2..8 each with a cluster and
   // then a workspace reduction, then m64 with copy groups, m144, m80, m96, m208, m160, the
-  // 10-stage m128, the three 8-stage wide tiles, the persistent m128 and the two 6-stage wide tiles
-  // unfit.
+  // 10-stage m128, the three 8-stage wide tiles, the persistent m128 and the three 6-stage wide
+  // tiles unfit.
   constexpr std::size_t kPerConfig = 1 + 2 * (kMaxSplitK - 1);
   constexpr std::size_t kUnfit[] = {0, 1, 2, 3, 4, 5, 6, 7 + 2 * kPerConfig, 8 + 2 * kPerConfig, 9 + 2 * kPerConfig,
                                     10 + 2 * kPerConfig, 11 + 2 * kPerConfig, 12 + 2 * kPerConfig,
                                     13 + 2 * kPerConfig, 14 + 2 * kPerConfig, 15 + 2 * kPerConfig,
                                     16 + 2 * kPerConfig, 17 + 2 * kPerConfig, 18 + 2 * kPerConfig,
-                                    19 + 2 * kPerConfig};
-  ASSERT_EQ(c.size(), 20u + 2 * kPerConfig);
+                                    19 + 2 * kPerConfig, 20 + 2 * kPerConfig};
+  ASSERT_EQ(c.size(), 21u + 2 * kPerConfig);
   for (const std::size_t i : kUnfit) {
     EXPECT_EQ(c[i].status.code, StatusCode::not_supported) << c[i].config.name();
     EXPECT_NE(c[i].status.reason.find(std::to_string(c[i].config.smem_bytes())), std::string::npos) << c[i].status.reason;
@@ -748,7 +750,7 @@ TEST(PrefillPlan, WideTilesCover192WeightRowsAndRunUnsplit) {
     ++wide_candidates;
     EXPECT_EQ(c.split_k, 1) << c.config.name();
   }
-  EXPECT_EQ(wide_candidates, 5);
+  EXPECT_EQ(wide_candidates, 6);
   // Offered in one wave only: at M = 1536 the m192 wide tiles are 8 rows of 32.
   int refused = 0;
   for (const PlanCandidate& c : plan_candidates(1536, 6144, 2048, h200_context())) {
@@ -761,7 +763,7 @@ TEST(PrefillPlan, WideTilesCover192WeightRowsAndRunUnsplit) {
           << c.status.reason;
     }
   }
-  EXPECT_EQ(refused, 5);
+  EXPECT_EQ(refused, 6);
 }
 
 // Every weight row below N that a wide tile covers is read from a chunk it copies, at the row the

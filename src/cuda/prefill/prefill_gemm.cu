@@ -56,7 +56,7 @@ constexpr int kKHalf = 2;     // a persistent last wave's tile halved along K (l
 constexpr int kProducerRegisters = 40;
 constexpr int kConsumerRegisters = 232;  // 2 x 128 x 232 + 128 x 40 <= 65536
 
-// wgmma m64nNk16 with the A fragment from registers: one instruction at N = 16, 32, 64, 128, 256,
+// wgmma m64nNk16 with the A fragment from registers: one instruction at N = 16, 32, 64, 128, 176, 256,
 template <int N>
 struct Wgmma;
 template <>
@@ -81,6 +81,12 @@ template <>
 struct Wgmma<128> {
   static __device__ __forceinline__ void mma(float (&d)[64], const std::uint32_t (&a)[4], std::uint64_t desc) {
     ptx::wgmma_m64n128k16_rs(d, a, desc);
+  }
+};
+template <>
+struct Wgmma<176> {
+  static __device__ __forceinline__ void mma(float (&d)[88], const std::uint32_t (&a)[4], std::uint64_t desc) {
+    ptx::wgmma_m64n176k16_rs(d, a, desc);
   }
 };
 template <>
@@ -1350,6 +1356,7 @@ KernelFn kernel_for(const TileConfig& c, bool dequant_act = false) {
   if (is(96, 8, false, 2, kWideWeightRows)) return prefill_wide_kernel<96, 8, 2>;
   if (is(192, 6, false, 2, kWideWeightRows)) return prefill_wide_kernel<192, 6, 2>;
   if (is(160, 6, false, 2, kWideWeightRows)) return prefill_wide_kernel<160, 6, 2>;
+  if (is(176, 6, false, 2, kWideWeightRows)) return prefill_wide_kernel<176, 6, 2>;
   if (is(32, 12, false, 4)) return prefill_gemm_kernel<32, 12, false, 4>;
   if (is(16, 12, false, 4)) return prefill_gemm_kernel<16, 12, false, 4>;
   if (is(64, 12, false, 4)) return prefill_gemm_kernel<64, 12, false, 4>;

@@ -56,7 +56,8 @@ constexpr int kKHalf = 2;     // a persistent last wave's tile halved along K (l
 constexpr int kProducerRegisters = 40;
 constexpr int kConsumerRegisters = 232;  // 2 x 128 x 232 + 128 x 40 <= 65536
 
-// wgmma m64nNk16 with the A fragment from registers: one instruction at N = 16, 32, 64, 128, 176, 256,
+// wgmma m64nNk16 with the A fragment from registers: one instruction at N = 16, 32, 64, 128, 256 and
+// the widths a split would end in an n16 piece (80, 112, 144, 176, 208; prefill_ptx.cuh says why),
 template <int N>
 struct Wgmma;
 template <>
@@ -84,9 +85,33 @@ struct Wgmma<128> {
   }
 };
 template <>
+struct Wgmma<80> {
+  static __device__ __forceinline__ void mma(float (&d)[40], const std::uint32_t (&a)[4], std::uint64_t desc) {
+    ptx::wgmma_m64n80k16_rs(d, a, desc);
+  }
+};
+template <>
+struct Wgmma<112> {
+  static __device__ __forceinline__ void mma(float (&d)[56], const std::uint32_t (&a)[4], std::uint64_t desc) {
+    ptx::wgmma_m64n112k16_rs(d, a, desc);
+  }
+};
+template <>
+struct Wgmma<144> {
+  static __device__ __forceinline__ void mma(float (&d)[72], const std::uint32_t (&a)[4], std::uint64_t desc) {
+    ptx::wgmma_m64n144k16_rs(d, a, desc);
+  }
+};
+template <>
 struct Wgmma<176> {
   static __device__ __forceinline__ void mma(float (&d)[88], const std::uint32_t (&a)[4], std::uint64_t desc) {
     ptx::wgmma_m64n176k16_rs(d, a, desc);
+  }
+};
+template <>
+struct Wgmma<208> {
+  static __device__ __forceinline__ void mma(float (&d)[104], const std::uint32_t (&a)[4], std::uint64_t desc) {
+    ptx::wgmma_m64n208k16_rs(d, a, desc);
   }
 };
 template <>
@@ -95,11 +120,11 @@ struct Wgmma<256> {
     ptx::wgmma_m64n256k16_rs(d, a, desc);
   }
 };
-// and the widths between them (80, 96, 144, 160, 192, 208) as the largest power of two below N, then
-// the rest, on adjacent row ranges of the activation tile sharing the A fragment: the
-// accumulator registers of m64nN are those of m64nN1 followed by those of m64n(N - N1) (register i
-// holds column 8 (i / 4) + 2t + i % 2), and rows N1.. of the K-major tile start N1 x 128 bytes
-// further (the descriptor's address field counts 16-byte units). 208 issues n128, n64, n16.
+// and the other widths (96, 160, 192) as the largest power of two below N, then the rest, on
+// adjacent row ranges of the activation tile sharing the A fragment: the accumulator registers of
+// m64nN are those of m64nN1 followed by those of m64n(N - N1) (register i holds column 8 (i / 4) +
+// 2t + i % 2), and rows N1.. of the K-major tile start N1 x 128 bytes further (the descriptor's
+// address field counts 16-byte units).
 template <int N>
 struct Wgmma {
   static_assert(N % 16 == 0 && N > 16 && N < 256, "wgmma widths are multiples of 16 up to 256");

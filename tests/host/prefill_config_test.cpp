@@ -478,7 +478,8 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
                        // against m256 split 2's 38.6 / 38.7 (run 111's sweep had m256 split 2 ahead)
                        Case{512, 4096, 6144, 128, 1, false, kCluster, 3},
                        Case{1024, 2048, 6144, 128, 1, false, kCluster, 3},
-                       // Run 48: 65.66 (persistent, one tile per CTA: 67.10; run 45: 66.20 / 68.35)
+                       // Run 48: 65.66 (persistent, one tile per CTA: 67.10; run 45: 66.20 / 68.35); run
+                       // 204 (an H100): 65.90 against the wide m176's 68.25 (132 tiles, 32 rows idle)
                        Case{1024, 4096, 6144, 256, 1, false},
                        // run 48: m192 20.40 (persistent: 21.48); run 167 the wide m112, 128 tiles; since
                        // run 178 (an H100) the wide m96, the same 128 tiles without idle rows: 17.93 /
@@ -526,8 +527,14 @@ TEST(PrefillPolicy, PicksTheSweepsBestPlanOnTheH200) {
                        Case{520, 4096, 6144, 144, 1, false, kCluster, 3},   // 41.99 (m192: 49.59)
                        Case{264, 4096, 6144, 144, 2, false, kCluster, 3},   // 26.02 (m192 split 2: 30.77)
                        // 83.48 (m192 split 2: 93.18); since run 202 the wide m192 in one wave (6 rows of
-                       // 22 tiles; at M = 1152, an H100: 73.83 against m144's 81.09)
-                       Case{1040, 4096, 6144, 192, 1, false, kCluster, 2, kWideWeightRows},
+                       // 22 tiles; at M = 1152, an H100: 73.83 against m144's 81.09); since run 204 (an
+                       // H100) the wide m176, the same 132 tiles with fewer idle rows: 68.49 against
+                       // m192's 72.86
+                       Case{1040, 4096, 6144, 176, 1, false, kCluster, 2, kWideWeightRows},
+                       // Run 204 (an H100): m176n192 25.85 against m192n192's 27.77 (4 rows of 32 tiles);
+                       // seed M = 2112 (12 rows of 11) 69.64 against 72.83
+                       Case{672, 6144, 2048, 176, 1, false, kCluster, 2, kWideWeightRows},
+                       Case{2112, 2048, 6144, 176, 1, false, kCluster, 2, kWideWeightRows},
                        Case{264, 6144, 2048, 144, 1, false, kCluster, 3},   // 16.39 (m192: 19.65)
                        Case{520, 2048, 6144, 144, 2, false, kCluster, 3},   // 25.93 (m192 split 2: 30.47)
                        // Run 138: m144 split 3 18.92 (m128 G3 split 2: 22.07); run 150 (an H100): 18.56

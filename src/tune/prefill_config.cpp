@@ -138,8 +138,9 @@ const std::vector<TileConfig>& tile_configs() {
       // (8 do not fit), as deep in time as m128n192's 8: a K block holds 1.25 / 1.5 times its tensor work.
       {192, 6, false, 2, kWideWeightRows},  // 203,872 B
       {160, 6, false, 2, kWideWeightRows},  // 179,296 B
-      // 176 rows for W13 (N = 4096, 22 tiles of 192 weight rows) at M = 961-1056: 6 rows of them
-      // are 132 CTAs, where m192's 6 rows carry up to 192 idle rows. One m64n176k16 per step.
+      // 176 rows where m192's rows of tiles carry 64-127 idle rows and m256 needs another row of
+      // tiles: W13 (N = 4096, 22 tiles of 192 weight rows) M = 1025-1056 as 6 rows, 132 CTAs; W2 M =
+      // 641-704 (4 rows of 32). One m64n176k16 per step (run 204: 4.4-6.9% faster than m192n192).
       {176, 6, false, 2, kWideWeightRows},  // 191,584 B
   };
   return configs;

@@ -334,7 +334,7 @@ __device__ __forceinline__ void wgmma_m64n128k16_rs(float (&d)[64], const std::u
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
 }
 
-// The widths whose split in Wgmma<N> (prefill_gemm.cu) would end in an n16 piece, as one
+// The widths whose split in wgmma_rs<N> (prefill_gemm.cu) would end in an n16 piece, as one
 // instruction each: run 51 timed register-A m64n16k16 at 13 SM cycles where the full rate is 8 (N = 32
 // and up run at the full rate). Run 204 (an H100): the m80, wide m112, m144 and m208 tiles 1.5-6.5%
 // faster this way than as n64 + n16, n64 + n32 + n16, n128 + n16 and n128 + n64 + n16.

@@ -32,20 +32,6 @@ namespace {
 
 constexpr int kStepsPerGroup = 4;  // k16 steps per commit: one K block of the prefill kernels
 
-template <int N>
-__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const std::uint32_t (&a)[4], std::uint64_t desc) {
-#if FP4GAP_PREFILL_SM90A
-  namespace ptx = prefill::ptx;
-  if constexpr (N == 16) ptx::wgmma_m64n16k16_rs(d, a, desc);
-  if constexpr (N == 32) ptx::wgmma_m64n32k16_rs(d, a, desc);
-  if constexpr (N == 64) ptx::wgmma_m64n64k16_rs(d, a, desc);
-  if constexpr (N == 128) ptx::wgmma_m64n128k16_rs(d, a, desc);
-  if constexpr (N == 256) ptx::wgmma_m64n256k16_rs(d, a, desc);
-#else
-  (void)d, (void)a, (void)desc;
-#endif
-}
-
 // `groups` commit groups of kStepsPerGroup register-A wgmmas on the B tile of `desc`, one group
 // left in flight as the prefill consumers do; returns once all have completed.
 template <int N>
@@ -58,7 +44,7 @@ __device__ __forceinline__ void issue_wgmma_groups(int groups, std::uint32_t (&a
     for (int r = 0; r < 4; ++r) ptx::fence_register(a[r]);
     ptx::wgmma_fence();
 #pragma unroll
-    for (int s = 0; s < kStepsPerGroup; ++s) wgmma_rs<N>(d, a, desc + 2u * static_cast<std::uint32_t>(s));
+    for (int s = 0; s < kStepsPerGroup; ++s) ptx::wgmma_rs<N>(d, a, desc + 2u * static_cast<std::uint32_t>(s));
     ptx::wgmma_commit();
     ptx::wgmma_wait<1>();
   }

@@ -56,44 +56,6 @@ constexpr int kKHalf = 2;     // a persistent last wave's tile halved along K (l
 constexpr int kProducerRegisters = 40;
 constexpr int kConsumerRegisters = 232;  // 2 x 128 x 232 + 128 x 40 <= 65536
 
-// wgmma m64nNk16 with the A fragment from registers: one instruction at N = 16, 32, 64, 128, 256 and
-// the widths a split would end in an n16 piece (80, 112, 144, 176, 208; prefill_ptx.cuh says why);
-// the other widths (96, 160, 192) as the largest power of two below N, then the rest, on adjacent
-// row ranges of the activation tile sharing the A fragment: the accumulator registers of m64nN are
-// those of m64nN1 followed by those of m64n(N - N1) (register i holds column 8 (i / 4) + 2t + i % 2),
-// and rows N1.. of the K-major tile start N1 x 128 bytes further (the descriptor's address field
-// counts 16-byte units).
-template <int N>
-__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const std::uint32_t (&a)[4], std::uint64_t desc) {
-  static_assert(N % 16 == 0 && N >= 16 && N <= 256, "wgmma widths are multiples of 16 up to 256");
-  if constexpr (N == 16) {
-    ptx::wgmma_m64n16k16_rs(d, a, desc);
-  } else if constexpr (N == 32) {
-    ptx::wgmma_m64n32k16_rs(d, a, desc);
-  } else if constexpr (N == 64) {
-    ptx::wgmma_m64n64k16_rs(d, a, desc);
-  } else if constexpr (N == 80) {
-    ptx::wgmma_m64n80k16_rs(d, a, desc);
-  } else if constexpr (N == 112) {
-    ptx::wgmma_m64n112k16_rs(d, a, desc);
-  } else if constexpr (N == 128) {
-    ptx::wgmma_m64n128k16_rs(d, a, desc);
-  } else if constexpr (N == 144) {
-    ptx::wgmma_m64n144k16_rs(d, a, desc);
-  } else if constexpr (N == 176) {
-    ptx::wgmma_m64n176k16_rs(d, a, desc);
-  } else if constexpr (N == 208) {
-    ptx::wgmma_m64n208k16_rs(d, a, desc);
-  } else if constexpr (N == 256) {
-    ptx::wgmma_m64n256k16_rs(d, a, desc);
-  } else {
-    constexpr int kFirst = N >= 128 ? 128 : N >= 64 ? 64 : 32;
-    wgmma_rs<kFirst>(*reinterpret_cast<float(*)[kFirst / 2]>(&d[0]), a, desc);
-    wgmma_rs<N - kFirst>(*reinterpret_cast<float(*)[(N - kFirst) / 2]>(&d[kFirst / 2]), a,
-                         desc + (kFirst * 128 >> 4));
-  }
-}
-
 __device__ __forceinline__ void store_output(void* out, OutputType type, std::int64_t idx, float v) {
   switch (type) {
     case OutputType::f32: static_cast<float*>(out)[idx] = v; break;
@@ -494,7 +456,7 @@ __global__ void __launch_bounds__(128 * (kConsumerWarpgroups + 1), 1)
       }
       ptx::wgmma_fence();
 #pragma unroll
-      for (int j = 0; j < kSteps; ++j) wgmma_rs<W>(acc, frag[b][j], desc[j]);
+      for (int j = 0; j < kSteps; ++j) ptx::wgmma_rs<W>(acc, frag[b][j], desc[j]);
       ptx::wgmma_commit();
     };
     // One stage along the ring (the phase flips after its last stage).
@@ -1192,7 +1154,7 @@ __global__ void __launch_bounds__(128 * (kWideWeightRows / 64 + 1), 1)
     }
     ptx::wgmma_fence();
 #pragma unroll
-    for (int j = 0; j < 4; ++j) wgmma_rs<BM>(acc, frag[B][j], desc[j]);
+    for (int j = 0; j < 4; ++j) ptx::wgmma_rs<BM>(acc, frag[B][j], desc[j]);
     ptx::wgmma_commit();
     ptx::wgmma_wait<1>();
     if (block > 0 && lane == 0) ptx::mbarrier_arrive(empty_bar(stg == 0 ? STAGES - 1 : stg - 1));

@@ -334,7 +334,7 @@ __device__ __forceinline__ void wgmma_m64n128k16_rs(float (&d)[64], const std::u
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
 }
 
-// The widths whose split in wgmma_rs<N> (prefill_gemm.cu) would end in an n16 piece, as one
+// The widths whose split in wgmma_rs<N> (below) would end in an n16 piece, as one
 // instruction each: run 51 timed register-A m64n16k16 at 13 SM cycles where the full rate is 8 (N = 32
 // and up run at the full rate). Run 204 (an H100): the m80, wide m112, m144 and m208 tiles 1.5-6.5%
 // faster this way than as n64 + n16, n64 + n32 + n16, n128 + n16 and n128 + n64 + n16.
@@ -502,6 +502,45 @@ __device__ __forceinline__ void wgmma_m64n256k16_rs(float (&d)[128], const std::
         "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
         "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+}
+
+// wgmma m64nNk16 with the A fragment from registers (the prefill kernels and the tensor-rate
+// diagnostics): one instruction at N = 16, 32, 64, 128, 256 and the widths a split would end in an
+// n16 piece (80, 112, 144, 176, 208; the comment above the n80 wrapper says why); the other widths
+// (96, 160, 192) as the largest power of two below N, then the rest, on adjacent row ranges of the
+// activation tile sharing the A fragment: the accumulator registers of m64nN are those of m64nN1
+// followed by those of m64n(N - N1) (register i holds column 8 (i / 4) + 2t + i % 2), and rows N1..
+// of the K-major tile start N1 x 128 bytes further (the descriptor's address field counts 16-byte
+// units).
+template <int N>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const std::uint32_t (&a)[4], std::uint64_t desc) {
+  static_assert(N % 16 == 0 && N >= 16 && N <= 256, "wgmma widths are multiples of 16 up to 256");
+  if constexpr (N == 16) {
+    wgmma_m64n16k16_rs(d, a, desc);
+  } else if constexpr (N == 32) {
+    wgmma_m64n32k16_rs(d, a, desc);
+  } else if constexpr (N == 64) {
+    wgmma_m64n64k16_rs(d, a, desc);
+  } else if constexpr (N == 80) {
+    wgmma_m64n80k16_rs(d, a, desc);
+  } else if constexpr (N == 112) {
+    wgmma_m64n112k16_rs(d, a, desc);
+  } else if constexpr (N == 128) {
+    wgmma_m64n128k16_rs(d, a, desc);
+  } else if constexpr (N == 144) {
+    wgmma_m64n144k16_rs(d, a, desc);
+  } else if constexpr (N == 176) {
+    wgmma_m64n176k16_rs(d, a, desc);
+  } else if constexpr (N == 208) {
+    wgmma_m64n208k16_rs(d, a, desc);
+  } else if constexpr (N == 256) {
+    wgmma_m64n256k16_rs(d, a, desc);
+  } else {
+    constexpr int kFirst = N >= 128 ? 128 : N >= 64 ? 64 : 32;
+    wgmma_rs<kFirst>(*reinterpret_cast<float(*)[kFirst / 2]>(&d[0]), a, desc);
+    wgmma_rs<N - kFirst>(*reinterpret_cast<float(*)[(N - kFirst) / 2]>(&d[kFirst / 2]), a,
+                         desc + (kFirst * 128 >> 4));
+  }
 }
 
 }  // namespace fp4gap::prefill::ptx
